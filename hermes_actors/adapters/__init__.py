@@ -1,0 +1,1 @@
+"""Platform adapters: the protocol, the in-memory adapter and the HTTP adapter."""

@@ -1,0 +1,1 @@
+"""The Agent protocol, turn records and the built-in agents."""

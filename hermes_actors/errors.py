@@ -1,0 +1,43 @@
+"""The exception hierarchy.
+
+Every error a user can cause derives from :class:`HermesActorsError` and carries a message a
+person can act on; the CLI turns these into one line and an exit code instead of a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConfigWarning",
+    "HermesActorsError",
+    "StoreError",
+    "UnknownPlatformError",
+]
+
+
+class HermesActorsError(Exception):
+    """Base of every error raised on purpose by hermes_actors."""
+
+
+class ConfigError(HermesActorsError, ValueError):
+    """A configuration value is invalid; the message names the key and what is accepted."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration key was ignored (legacy) or not recognised (unknown)."""
+
+
+class UnknownPlatformError(HermesActorsError, ValueError):
+    """A platform name is neither built in nor registered with ``Platform.register``."""
+
+    def __init__(self, name: object) -> None:
+        #: The rejected platform name.
+        self.platform = name
+        super().__init__(
+            f"unknown platform {name!r}: use one of the built-in platforms "
+            "or register it with Platform.register()"
+        )
+
+
+class StoreError(HermesActorsError):
+    """The session store could not do what was asked (the message says why)."""

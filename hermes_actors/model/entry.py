@@ -1,0 +1,166 @@
+"""``SessionEntry``: the routing record of one session key (§2), and path safety.
+
+Entries are immutable values: the store replaces an entry with ``dataclasses.replace`` and
+hands copies to actors, so no two actors ever share a mutable record.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from hermes_actors.model.source import SessionSource
+from hermes_actors.model.timeutil import isoformat, parse_timestamp, utc_now
+
+__all__ = [
+    "SessionEntry",
+    "new_session_id",
+    "validate_session_id",
+    "validate_session_key",
+]
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_SESSION_ID_TIME = "%Y%m%d_%H%M%S"
+
+
+def new_session_id(now: datetime | None = None) -> str:
+    """A fresh session id, ``YYYYMMDD_HHMMSS_<8 hex>`` in UTC."""
+    now = now or utc_now()
+    return f"{now.strftime(_SESSION_ID_TIME)}_{secrets.token_hex(4)}"
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` or raise ``ValueError`` when it could escape a directory."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError(f"invalid session_id {session_id!r}: must be a non-empty string")
+    if ".." in session_id or "/" in session_id or "\\" in session_id or "\x00" in session_id:
+        raise ValueError(f"unsafe session_id {session_id!r}: path separators or '..'")
+    if _DRIVE.match(session_id):
+        raise ValueError(f"unsafe session_id {session_id!r}: drive prefix")
+    return session_id
+
+
+def validate_session_key(session_key: object) -> str:
+    """Return ``session_key`` or raise ``ValueError``; interior ``/`` is allowed."""
+    if not isinstance(session_key, str) or not session_key:
+        raise ValueError(f"invalid session_key {session_key!r}: must be a non-empty string")
+    if ".." in session_key or "\x00" in session_key:
+        raise ValueError(f"unsafe session_key {session_key!r}: contains '..'")
+    if session_key[0] in "/\\" or _DRIVE.match(session_key):
+        raise ValueError(f"unsafe session_key {session_key!r}: absolute path or drive prefix")
+    return session_key
+
+
+_TIME_FIELDS = ("created_at", "updated_at", "last_resume_marked_at", "active_turn_started_at")
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """Which ``session_id`` a session key currently routes to, plus its lifecycle flags."""
+
+    session_key: str
+    session_id: str
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    origin: SessionSource | None = None
+    display_name: str | None = None
+    platform: str | None = None
+    chat_type: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    last_prompt_tokens: int = 0
+    #: The next access rotates to a new session id (hard clear).
+    suspended: bool = False
+    #: Keep the session id and auto-continue after a restart (soft recovery).
+    resume_pending: bool = False
+    resume_reason: str | None = None
+    last_resume_marked_at: datetime | None = None
+    #: Durable in-flight turn marker: token, start time, whether the turn was internal.
+    active_turn_token: str | None = None
+    active_turn_started_at: datetime | None = None
+    active_turn_internal: bool = False
+    was_auto_reset: bool = False
+    auto_reset_reason: str | None = None
+    prev_session_id: str | None = None
+    is_fresh_reset: bool = False
+    #: A historical boundary from old data; honoured by recovery, never written by timers.
+    expiry_finalized: bool = False
+
+    def __post_init__(self) -> None:
+        validate_session_key(self.session_key)
+        validate_session_id(self.session_id)
+        if self.prev_session_id is not None:
+            validate_session_id(self.prev_session_id)
+
+    @property
+    def has_active_turn(self) -> bool:
+        """Whether a durable in-flight turn marker is set."""
+        return self.active_turn_token is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in field order; datetimes as ISO 8601 with offset."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _TIME_FIELDS:
+                value = isoformat(value)
+            elif f.name == "origin":
+                value = value.to_dict() if value is not None else None
+            elif f.name == "metadata":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionEntry:
+        """Rebuild tolerantly: missing fields take defaults, malformed times become ``None``,
+        a malformed active-turn pair is dropped as a pair. Unsafe ids raise ``ValueError``.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("a session entry must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        for name in ("session_key", "session_id"):
+            if name not in kwargs:
+                raise ValueError(f"session entry lacks {name!r}")
+        for name in _TIME_FIELDS:
+            if name in kwargs:
+                kwargs[name] = parse_timestamp(kwargs[name])
+        token = kwargs.get("active_turn_token")
+        started = kwargs.get("active_turn_started_at")
+        if not (isinstance(token, str) and token and started is not None):
+            kwargs["active_turn_token"] = None
+            kwargs["active_turn_started_at"] = None
+            kwargs["active_turn_internal"] = False
+        origin = kwargs.get("origin")
+        if isinstance(origin, dict):
+            try:
+                kwargs["origin"] = SessionSource.from_dict(origin)
+            except (TypeError, ValueError):
+                # e.g. a plugin platform no longer registered: keep the session routable
+                kwargs["origin"] = None
+        elif not isinstance(origin, SessionSource):
+            kwargs["origin"] = None
+        if not isinstance(kwargs.get("metadata"), dict):
+            kwargs["metadata"] = {}
+        try:
+            kwargs["last_prompt_tokens"] = int(kwargs.get("last_prompt_tokens") or 0)
+        except (TypeError, ValueError):
+            kwargs["last_prompt_tokens"] = 0
+        for name in (
+            "suspended",
+            "resume_pending",
+            "active_turn_internal",
+            "was_auto_reset",
+            "is_fresh_reset",
+            "expiry_finalized",
+        ):
+            if name in kwargs:
+                kwargs[name] = bool(kwargs[name])
+        for name in ("resume_reason", "auto_reset_reason", "display_name", "platform",
+                     "chat_type", "prev_session_id"):
+            if name in kwargs and kwargs[name] is not None and not isinstance(kwargs[name], str):
+                kwargs[name] = str(kwargs[name])
+        return cls(**kwargs)

@@ -1,0 +1,129 @@
+"""``MessageEvent``: one inbound message, and the recognition of chat commands (§2)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import Enum
+from typing import Any, NamedTuple
+
+from hermes_actors.model.source import SessionSource
+from hermes_actors.model.timeutil import isoformat, parse_timestamp, utc_now
+
+__all__ = ["COMMANDS", "Command", "MessageEvent", "MessageType", "parse_command"]
+
+
+class MessageType(str, Enum):
+    """What kind of content an inbound message carries."""
+
+    TEXT = "text"
+    PHOTO = "photo"
+    VOICE = "voice"
+    DOCUMENT = "document"
+    COMMAND = "command"
+
+
+#: Command words recognised from a message's text, mapped to their canonical name.
+COMMANDS = {
+    "/new": "new",
+    "/reset": "reset",
+    "/stop": "stop",
+    "/queue": "queue",
+    "/q": "queue",
+    "/status": "status",
+}
+
+
+class Command(NamedTuple):
+    """A recognised command: its canonical name and the text after the command word."""
+
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> Command | None:
+    """Recognise ``/new``, ``/reset``, ``/stop``, ``/queue``/``/q``, ``/status``.
+
+    Command words are case-insensitive; a Telegram-style ``/stop@botname`` is accepted.
+    """
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    word, _, rest = stripped.partition(" ")
+    if "\n" in word:
+        word, _, more = word.partition("\n")
+        rest = more + (" " + rest if rest else "")
+    word = word.split("@", 1)[0].lower()
+    name = COMMANDS.get(word)
+    if name is None:
+        return None
+    return Command(name, rest.strip())
+
+
+def _new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    """One inbound message. ``internal`` marks synthetic wake-ups (delegations, resume)."""
+
+    source: SessionSource
+    text: str = ""
+    message_type: MessageType = MessageType.TEXT
+    media_urls: tuple[str, ...] = ()
+    internal: bool = False
+    event_id: str = field(default_factory=_new_event_id)
+    received_at: datetime = field(default_factory=utc_now)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, SessionSource):
+            raise TypeError("MessageEvent.source must be a SessionSource")
+        if self.text is None:
+            object.__setattr__(self, "text", "")
+        if not isinstance(self.text, str):
+            raise TypeError("MessageEvent.text must be a string")
+        object.__setattr__(self, "message_type", MessageType(self.message_type))
+        object.__setattr__(self, "media_urls", tuple(str(u) for u in self.media_urls))
+        received = parse_timestamp(self.received_at)
+        object.__setattr__(self, "received_at", received or utc_now())
+
+    @property
+    def command(self) -> Command | None:
+        """The recognised command, or ``None`` (internal events are never commands)."""
+        if self.internal:
+            return None
+        return parse_command(self.text)
+
+    def with_text(self, text: str, **changes: Any) -> MessageEvent:
+        """A copy with other text (and any other field changes); the id is kept."""
+        return replace(self, text=text, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the durable inbox stores this)."""
+        return {
+            "source": self.source.to_dict(),
+            "text": self.text,
+            "message_type": self.message_type.value,
+            "media_urls": list(self.media_urls),
+            "internal": self.internal,
+            "event_id": self.event_id,
+            "received_at": isoformat(self.received_at),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MessageEvent:
+        """Rebuild from :meth:`to_dict` output."""
+        return cls(
+            source=SessionSource.from_dict(data["source"]),
+            text=data.get("text") or "",
+            message_type=MessageType(data.get("message_type", "text")),
+            media_urls=tuple(data.get("media_urls") or ()),
+            internal=bool(data.get("internal", False)),
+            event_id=data.get("event_id") or _new_event_id(),
+            received_at=parse_timestamp(data.get("received_at")) or utc_now(),
+            metadata=dict(data.get("metadata") or {}),
+        )

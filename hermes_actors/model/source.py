@@ -1,0 +1,106 @@
+"""``SessionSource``: the immutable record of where a message came from (§2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hermes_actors.model.platform import normalize_platform
+
+__all__ = ["CHAT_TYPES", "SessionSource"]
+
+#: The chat types the key builder and the prompt know by name.
+CHAT_TYPES = ("dm", "group", "channel", "thread")
+
+
+
+def _coerce_optional_str(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"SessionSource.{name} must be a string, got a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    raise TypeError(f"SessionSource.{name} must be a string, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class SessionSource:
+    """Where a message came from: platform, chat, thread and sender.
+
+    Numbers given for ids are coerced to strings. ``message_id`` identifies one message and
+    never influences the session key or the system prompt.
+    """
+
+    platform: str
+    chat_id: str | None = None
+    chat_type: str = "dm"
+    chat_name: str | None = None
+    user_id: str | None = None
+    user_name: str | None = None
+    thread_id: str | None = None
+    chat_topic: str | None = None
+    user_id_alt: str | None = None
+    chat_id_alt: str | None = None
+    scope_id: str | None = None
+    parent_chat_id: str | None = None
+    message_id: str | None = None
+    profile: str | None = None
+    is_bot: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "platform", normalize_platform(self.platform))
+        for f in fields(self):
+            if f.name in ("platform", "is_bot"):
+                continue
+            value = getattr(self, f.name)
+            coerced = _coerce_optional_str(f.name, value)
+            if f.name == "chat_type":
+                coerced = (coerced or "dm").strip().lower() or "dm"
+            if coerced is not value:
+                object.__setattr__(self, f.name, coerced)
+        object.__setattr__(self, "is_bot", bool(self.is_bot))
+
+    @property
+    def participant_id(self) -> str | None:
+        """The sender's stable id: ``user_id_alt`` when present, else ``user_id``."""
+        return self.user_id_alt or self.user_id
+
+    @property
+    def description(self) -> str:
+        """A human summary: ``"DM with Alice"``, ``"group: My Group, thread: 12345"``."""
+        if self.platform == "local":
+            return "CLI terminal"
+        if self.chat_type == "dm":
+            text = f"DM with {self.user_name or self.user_id or 'user'}"
+        elif self.chat_type in ("group", "channel"):
+            text = f"{self.chat_type}: {self.chat_name or self.chat_id}"
+        else:
+            text = str(self.chat_name or self.chat_id)
+        if self.thread_id:
+            text += f", thread: {self.thread_id}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in field order; ``None`` fields are omitted."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionSource:
+        """Rebuild from :meth:`to_dict` output; unknown keys are ignored."""
+        if not isinstance(data, dict):
+            raise TypeError("SessionSource.from_dict expects a dict")
+        if "platform" not in data:
+            raise ValueError("SessionSource needs a 'platform'")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+

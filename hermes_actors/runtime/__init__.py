@@ -1,0 +1,1 @@
+"""The actors (session, supervisor, cache), the Gateway facade and their helpers."""

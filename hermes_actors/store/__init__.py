@@ -1,0 +1,1 @@
+"""Persistence: SessionDB (SQLite through peewee), SessionStore, mirror and degraded mode."""
