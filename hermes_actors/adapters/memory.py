@@ -1,0 +1,73 @@
+"""``InMemoryAdapter``: records sends in lists; for tests and embedding experiments."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+
+from hermes_actors.adapters.base import SendResult
+from hermes_actors.model.platform import normalize_platform
+from hermes_actors.model.source import SessionSource
+
+__all__ = ["InMemoryAdapter", "SentMessage"]
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """One recorded send attempt."""
+
+    chat_id: str | None
+    thread_id: str | None
+    text: str
+    message_id: str | None = None
+    error: str | None = None
+
+
+class InMemoryAdapter:
+    """An adapter that keeps successful sends in ``sent`` and failed attempts in ``failed``.
+
+    ``connected`` and ``fail_sends`` are plain settable attributes (§17.3). ``wait_for(n)``
+    blocks until ``n`` messages were sent, so tests synchronise without sleeping.
+    """
+
+    def __init__(self, platform: str = "local") -> None:
+        #: The platform this adapter serves.
+        self.platform = normalize_platform(platform)
+        #: Whether sends can be attempted (a disconnected adapter fails them).
+        self.connected = True
+        #: Make every send fail (the attempt is recorded in ``failed``).
+        self.fail_sends = False
+        #: Successful sends, in order.
+        self.sent: list[SentMessage] = []
+        #: Failed attempts, in order.
+        self.failed: list[SentMessage] = []
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+
+    def send(self, target: SessionSource, text: str) -> SendResult:
+        """Record the send; fail when disconnected or told to fail."""
+        error = None
+        if not self.connected:
+            error = "disconnected"
+        elif self.fail_sends:
+            error = "send failed (fail_sends is set)"
+        with self._cond:
+            if error is not None:
+                self.failed.append(SentMessage(target.chat_id, target.thread_id, text, None, error))
+                self._cond.notify_all()
+                return SendResult(success=False, error=error)
+            message_id = str(next(self._ids))
+            self.sent.append(SentMessage(target.chat_id, target.thread_id, text, message_id))
+            self._cond.notify_all()
+        return SendResult(success=True, message_id=message_id)
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        """The texts sent so far, optionally only those to ``chat_id``."""
+        with self._cond:
+            return [m.text for m in self.sent if chat_id is None or m.chat_id == chat_id]
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> bool:
+        """Wait until at least ``count`` messages were sent successfully."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.sent) >= count, timeout=timeout)

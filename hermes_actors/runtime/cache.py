@@ -1,0 +1,348 @@
+"""``AgentCacheActor``: the cached agents, one per session key (§11).
+
+Agents are cached so a session keeps its prompt cache across turns. The actor owns the map;
+turn workers check an agent out for the length of a turn and back in afterwards, so an agent
+mid-turn is never released. Three passes release agents, each planned by a pure function of
+:mod:`hermes_actors.runtime.eviction`: the LRU cap at every checkin, the idle TTL
+(``sweep_idle``) and the memory budget (``sweep_memory``, ``check_pressure``) from
+housekeeping.
+
+Evictions are soft: ``commit_memory(transcript)`` when the agent has it, then
+``release_clients()``, then the object is dropped. An evicted agent is never reused; the next
+turn gets a fresh one from the agent factory, which rebuilds history from the store
+(§17.30). ``close()`` happens only at real boundaries: ``discard`` (``/new``, ``/reset``) and
+``close_all`` (shutdown). ``close()`` is not an agent's thread-safe call (``interrupt`` is),
+so an agent discarded while a turn holds it is *retired*: it leaves the map at once, is
+closed when its turn checks it in, and is never put back.
+
+Why an ``OrderedDict`` and not cachetools: ``LRUCache`` evicts by itself inside
+``__setitem__`` (``popitem`` of the least recently used key, whatever it is), so it would
+drop an agent mid-turn or with an unpersisted transcript, could not let the cache sit over
+its cap while every agent is busy, and would run the eviction side effects (a store read,
+``commit_memory``) inside a mapping assignment. It also iterates in insertion order, not
+LRU order, so a planner could not see the order without private attributes. ``TTLCache``
+measures from insertion (re-setting the key resets it, but expiry then silently drops
+entries on any mutation, mid-turn or not, with no release). So the map is a plain
+``OrderedDict`` kept in LRU order (``move_to_end`` on checkout and checkin), and idle time
+is since last *use*: each slot records the injected clock's ``monotonic()`` at checkout
+and at checkin, and ``plan_idle`` compares that with now. A turn that runs longer than the
+TTL is in use, so it is never idle-released; its checkin restarts its idle time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import pykka
+
+from hermes_actors.runtime.eviction import (
+    PRESSURE_CHECK_GROWTH_BYTES,
+    CacheItem,
+    EvictionPlan,
+    describe_skipped,
+    plan_idle,
+    plan_lru,
+    plan_memory,
+)
+from hermes_actors.runtime.memory import MB, MemoryProbe, malloc_trim, resolve_budget
+
+if TYPE_CHECKING:
+    from hermes_actors.config import AgentCacheConfig
+
+__all__ = ["EVICTION_REASONS", "PRESSURE_CHECK_GROWTH_BYTES", "AgentCacheActor",
+           "CacheStatistics"]
+
+log = logging.getLogger("hermes_actors.cache")
+
+#: The reasons an agent is evicted, as counted in :attr:`CacheStatistics.evictions`.
+EVICTION_REASONS = ("lru", "idle", "memory")
+
+
+@dataclass
+class _Slot:
+    agent: Any
+    session_id: str
+    in_use: bool
+    last_used: float
+    persisted: bool
+
+
+@dataclass
+class _Retired:
+    """An agent discarded while a turn held it; ``closed`` once ``close()`` was called."""
+
+    agent: Any
+    closed: bool
+
+
+class CacheStatistics(NamedTuple):
+    """A snapshot of the agent cache."""
+
+    #: Cached agents now.
+    size: int
+    #: Cached agents checked out by running turns.
+    in_use: int
+    #: Evictions so far, by reason (``lru``, ``idle``, ``memory``).
+    evictions: dict[str, int]
+    #: Agents closed at boundaries (``discard``, ``close_all``, a replaced session).
+    closed: int
+    #: The memory budget in bytes, or None when the memory pass is disabled.
+    budget_bytes: int | None
+    #: The anonymous memory measured by the last memory check, or None before any.
+    last_anon_bytes: int | None
+    #: Agents discarded while mid-turn, to be closed when their turn checks them in.
+    retired: int
+
+
+class AgentCacheActor(pykka.ThreadingActor):
+    """Owns the cached agents; see the module docstring.
+
+    ``settings`` is an ``AgentCacheConfig``; ``clock`` has ``monotonic()``; ``probe`` has
+    ``anon_bytes()`` and ``limit_bytes()`` (default: the real :class:`MemoryProbe`);
+    ``load_transcript(session_id)`` gives the messages an evicted agent commits to memory
+    (without it ``commit_memory`` is skipped: there is nothing to commit from). It runs on
+    the actor's thread during an eviction.
+    """
+
+    use_daemon_thread = True
+
+    def __init__(
+        self,
+        settings: AgentCacheConfig,
+        clock: Any,
+        *,
+        probe: Any = None,
+        load_transcript: Callable[[str], list[dict]] | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._clock = clock
+        self._probe = probe if probe is not None else MemoryProbe()
+        self._load_transcript = load_transcript
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self._retired: dict[int, _Retired] = {}
+        self._evictions = dict.fromkeys(EVICTION_REASONS, 0)
+        self._closed = 0
+        self._last_anon: int | None = None
+        self._warned = False
+        self._probe_failed = False
+        self._budget = self._resolve_budget()
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def checkout(self, session_key: str, session_id: str) -> Any | None:
+        """The cached agent for this session (marked in use), or None on a miss.
+
+        A cached agent of another session id (the session was reset) is closed: None.
+        """
+        slot = self._slots.get(session_key)
+        if slot is None:
+            return None
+        if slot.session_id != session_id:
+            del self._slots[session_key]
+            self._retire(session_key, slot)
+            return None
+        if slot.in_use:
+            log.warning("agent already checked out session_key=%s; the turn gets a fresh one",
+                        session_key)
+            return None
+        slot.in_use = True
+        slot.last_used = self._clock.monotonic()
+        self._slots.move_to_end(session_key)
+        return slot.agent
+
+    def checkin(self, session_key: str, session_id: str, agent: Any, *,
+                persisted: bool = True) -> None:
+        """Return (or first insert) an agent after a turn; enforces the LRU cap.
+
+        ``persisted=False`` says the turn's transcript is not fully in the store yet: the
+        agent is then never evicted until a later checkin says it is. An agent discarded
+        while it was out is closed now (if ``close_all`` has not already) and not cached.
+        """
+        retired = self._retired.pop(id(agent), None)
+        if retired is not None and retired.agent is agent:
+            if not retired.closed:
+                self._close(session_key, agent)
+            return
+        slot = self._slots.get(session_key)
+        if slot is not None and slot.agent is not agent:
+            del self._slots[session_key]
+            self._retire(session_key, slot)
+            slot = None
+        now = self._clock.monotonic()
+        if slot is None:
+            self._slots[session_key] = _Slot(agent, session_id, False, now, persisted)
+        else:
+            slot.in_use, slot.last_used = False, now
+            slot.session_id, slot.persisted = session_id, persisted
+        self._slots.move_to_end(session_key)
+        self._apply(plan_lru(self._items(), self._settings.max_size), "lru")
+
+    # -- boundaries -----------------------------------------------------------------------
+
+    def discard(self, session_key: str) -> bool:
+        """Close and forget the session's agent (``/new``, ``/reset``); False if none.
+
+        An agent mid-turn is closed when its turn checks it in, never cached again.
+        """
+        slot = self._slots.pop(session_key, None)
+        if slot is None:
+            return False
+        self._retire(session_key, slot)
+        return True
+
+    def close_all(self) -> int:
+        """Close every agent, cached or retired (shutdown); returns how many were closed.
+
+        An agent still out is closed too and a late checkin of it is ignored.
+        """
+        count = 0
+        for key, slot in list(self._slots.items()):
+            self._close(key, slot.agent)
+            count += 1
+            if slot.in_use:
+                self._retired[id(slot.agent)] = _Retired(slot.agent, closed=True)
+        self._slots.clear()
+        for retired in self._retired.values():
+            if not retired.closed:
+                self._close("(retired)", retired.agent)
+                retired.closed = True
+                count += 1
+        return count
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def sweep_idle(self) -> int:
+        """Release agents unused for ``idle_ttl_secs`` (0 disables); returns how many."""
+        plan = plan_idle(self._items(), self._clock.monotonic(), self._settings.idle_ttl_secs)
+        return self._apply(plan, "idle")
+
+    def sweep_memory(self) -> int:
+        """The memory pass: over budget, release up to ``max_evictions_per_pass`` agents.
+
+        Least recently used first, then ``malloc_trim``. When over budget and nothing can be
+        released, one warning says why (until the figure drops or something is released).
+        Returns how many were released; 0 when the pass is disabled.
+        """
+        if self._budget is None:
+            return 0
+        anon = self._measure()
+        if anon is None:
+            return 0
+        return self._memory_pass(anon)
+
+    def check_pressure(self) -> int:
+        """The post-turn memory check: one cheap measurement, the memory pass if over budget.
+
+        A turn worker calls it after a turn that added at least
+        :data:`PRESSURE_CHECK_GROWTH_BYTES` (1 MB) to its transcript, so a sudden large
+        transcript is shed before the next housekeeping tick. Returns how many were released.
+        """
+        return self.sweep_memory()
+
+    def statistics(self) -> CacheStatistics:
+        """A snapshot record."""
+        return CacheStatistics(
+            size=len(self._slots),
+            in_use=sum(1 for s in self._slots.values() if s.in_use),
+            evictions=dict(self._evictions),
+            closed=self._closed,
+            budget_bytes=self._budget,
+            last_anon_bytes=self._last_anon,
+            retired=sum(1 for r in self._retired.values() if not r.closed),
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _items(self) -> list[CacheItem]:
+        return [CacheItem(k, s.last_used, s.in_use, s.persisted) for k, s in self._slots.items()]
+
+    def _resolve_budget(self) -> int | None:
+        try:
+            budget = resolve_budget(self._settings.memory_high_mb, self._probe)
+        except Exception:  # noqa: BLE001 - a broken probe disables the pass, not the cache
+            log.exception("memory budget could not be resolved; the memory pass is disabled")
+            return None
+        if budget is None:
+            log.info("agent cache memory pass disabled (memory_high_mb=%s)",
+                     self._settings.memory_high_mb)
+        else:
+            log.info("agent cache memory budget %.0f MB (memory_high_mb=%s)",
+                     budget / MB, self._settings.memory_high_mb)
+        return budget
+
+    def _measure(self) -> int | None:
+        try:
+            anon = int(self._probe.anon_bytes())
+        except Exception:  # noqa: BLE001
+            if not self._probe_failed:
+                log.exception("memory probe failed; the memory pass is skipped")
+            self._probe_failed = True
+            return None
+        self._probe_failed = False
+        self._last_anon = anon
+        return anon
+
+    def _memory_pass(self, anon: int) -> int:
+        budget = self._budget
+        assert budget is not None
+        if anon <= budget:
+            self._warned = False
+            return 0
+        s = self._settings
+        plan = plan_memory(self._items(), s.protect_recent, s.max_evictions_per_pass)
+        if not plan.victims:
+            if not self._warned:
+                log.warning(
+                    "memory over budget (anon %.0f MB > budget %.0f MB) and nothing could be "
+                    "released: %s", anon / MB, budget / MB, describe_skipped(plan))
+                self._warned = True
+            return 0
+        self._warned = False
+        released = self._apply(plan, "memory")
+        malloc_trim()
+        after = self._measure()
+        log.info("memory pass released %d agents: anon %.0f MB -> %s MB (budget %.0f MB)",
+                 released, anon / MB, "?" if after is None else f"{after / MB:.0f}",
+                 budget / MB)
+        return released
+
+    def _apply(self, plan: EvictionPlan, reason: str) -> int:
+        for key in plan.victims:
+            self._evict(key, reason)
+        return len(plan.victims)
+
+    def _evict(self, session_key: str, reason: str) -> None:
+        """Soft release: commit the transcript to memory, release clients, drop the agent."""
+        slot = self._slots.pop(session_key)
+        self._evictions[reason] += 1
+        agent = slot.agent
+        commit = getattr(agent, "commit_memory", None)
+        if callable(commit) and self._load_transcript is not None:
+            try:
+                commit(self._load_transcript(slot.session_id))
+            except Exception:  # noqa: BLE001 - a misbehaving agent must not stop the cache
+                log.exception("commit_memory failed session_key=%s", session_key)
+        try:
+            agent.release_clients()
+        except Exception:  # noqa: BLE001
+            log.exception("release_clients failed session_key=%s", session_key)
+        log.debug("evicted session_key=%s reason=%s", session_key, reason)
+
+    def _retire(self, session_key: str, slot: _Slot) -> None:
+        """Close an agent leaving the map at a boundary, or after its turn if it is out."""
+        if slot.in_use:
+            self._retired[id(slot.agent)] = _Retired(slot.agent, closed=False)
+        else:
+            self._close(session_key, slot.agent)
+
+    def _close(self, session_key: str, agent: Any) -> None:
+        self._closed += 1
+        try:
+            agent.close()
+        except Exception:  # noqa: BLE001
+            log.exception("agent close failed session_key=%s", session_key)

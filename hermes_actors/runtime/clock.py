@@ -1,0 +1,36 @@
+"""The clock protocol: anything with ``time()`` (epoch seconds) and ``monotonic()``.
+
+Everything that decides by time (idle actors, housekeeping, marker age, restart storms) reads
+an injected clock, so tests drive time with ``hermes_actors.testing.FakeClock``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+__all__ = ["Clock", "SystemClock"]
+
+
+class Clock(Protocol):
+    """Wall time and monotonic time."""
+
+    def time(self) -> float:
+        """Epoch seconds."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin, never going back."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def time(self) -> float:
+        """``time.time()``."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """``time.monotonic()``."""
+        return time.monotonic()

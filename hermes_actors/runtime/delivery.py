@@ -1,0 +1,151 @@
+"""Delivery through the ledger (§7): record the obligation, claim it, send, mark the outcome.
+
+``Delivery`` holds the adapters and the ledger calls; turn workers use it directly for
+replies (so a session's replies leave in turn order), and ``NoticeActor``s use it for
+acknowledgements and command answers, so an actor never blocks its mailbox on a send.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Iterable
+
+import psutil
+import pykka
+
+from hermes_actors.model.source import SessionSource
+from hermes_actors.runtime.activity import ActivityTracker
+from hermes_actors.runtime.crash import crashpoint
+
+__all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool"]
+
+log = logging.getLogger("hermes_actors.delivery")
+
+#: Prefix of a reply delivered by recovery after an uncertain attempt (§7).
+RECOVERED_PREFIX = "♻️ Recovered reply: "
+
+
+def _process_started_at() -> float:
+    try:
+        return psutil.Process(os.getpid()).create_time()
+    except psutil.Error:  # pragma: no cover - /proc unreadable
+        return 0.0
+
+
+class Delivery:
+    """Sends owed text through the matching adapter, bookkept in the delivery ledger."""
+
+    def __init__(self, store, adapters: Iterable, *, ledger: bool = True) -> None:
+        self._store = store
+        self._adapters = {a.platform: a for a in adapters}
+        self._ledger = ledger
+        self.owner_pid = os.getpid()
+        self.owner_started_at = _process_started_at()
+
+    @property
+    def adapters(self) -> dict:
+        """Adapters by platform name."""
+        return dict(self._adapters)
+
+    def connected_platforms(self) -> list[str]:
+        """Platforms whose adapter is connected now."""
+        return sorted(p for p, a in self._adapters.items() if getattr(a, "connected", False))
+
+    def can_send(self, platform: str) -> bool:
+        """Whether an adapter for ``platform`` exists and is connected."""
+        adapter = self._adapters.get(platform)
+        return adapter is not None and bool(getattr(adapter, "connected", False))
+
+    def record(self, session_key: str, target: SessionSource, content: str, kind: str,
+               token: str) -> str | None:
+        """Record the obligation as ``pending``; returns its id (None with the ledger off)."""
+        if not self._ledger:
+            return None
+        return self._store.ledger_record(
+            session_key=session_key,
+            platform=target.platform,
+            chat_id=target.chat_id,
+            thread_id=target.thread_id,
+            content=content,
+            kind=kind,
+            token=token,
+        )
+
+    def attempt(self, obligation_id: str | None, target: SessionSource, text: str) -> bool:
+        """Claim the obligation, send, and mark ``delivered`` or ``failed``.
+
+        Returns False without spending an attempt when no connected adapter serves the
+        platform (the row stays ``pending`` for a later sweep) or another live process owns it.
+        """
+        adapter = self._adapters.get(target.platform)
+        if adapter is None or not getattr(adapter, "connected", False):
+            log.info("delivery deferred platform=%s reason=not_connected", target.platform)
+            return False
+        if obligation_id is not None and not self._store.ledger_claim(
+            obligation_id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
+        ):
+            return False
+        try:
+            result = adapter.send(target, text)
+            ok, error = bool(result.success), result.error
+        except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
+            log.exception("adapter %s raised while sending", target.platform)
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        crashpoint("after_send_before_delivered")
+        if obligation_id is not None:
+            self._store.ledger_finish(
+                obligation_id, "delivered" if ok else "failed", error=None if ok else error
+            )
+        if not ok:
+            log.warning("delivery failed platform=%s error=%s", target.platform, error)
+        return ok
+
+    def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
+                  token: str) -> bool:
+        """Record then attempt: the path for notices (no turn marker sits between them)."""
+        oid = self.record(session_key, target, content, kind, token)
+        return self.attempt(oid, target, content)
+
+
+class _NoticeActor(pykka.ThreadingActor):
+    def __init__(self, delivery: Delivery, tracker: ActivityTracker) -> None:
+        super().__init__()
+        self._delivery = delivery
+        self._tracker = tracker
+
+    def on_receive(self, message):
+        session_key, target, text, token = message
+        try:
+            self._delivery.send_owed(session_key, target, text, "notice", token)
+        except Exception:  # noqa: BLE001 - one failed notice must not stop the actor
+            log.exception("notice delivery failed session_key=%s", session_key)
+        finally:
+            self._tracker.done()
+
+
+class NoticePool:
+    """A few actors that deliver notices; one session's notices always use the same actor."""
+
+    def __init__(self, delivery: Delivery, tracker: ActivityTracker, size: int = 4) -> None:
+        self._tracker = tracker
+        self._refs = [_NoticeActor.start(delivery, tracker) for _ in range(size)]
+
+    def send(self, session_key: str, target: SessionSource, text: str, token: str) -> None:
+        """Queue a notice for delivery (never blocks on the send)."""
+        ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
+        self._tracker.add()
+        try:
+            ref.tell((session_key, target, text, token))
+        except pykka.ActorDeadError:
+            self._tracker.done()
+            log.warning("notice dropped after shutdown session_key=%s", session_key)
+
+    def stop(self) -> None:
+        """Stop the actors after they deliver what they hold."""
+        for ref in self._refs:
+            try:
+                ref.stop(block=True, timeout=10)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                pass

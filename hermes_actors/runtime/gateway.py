@@ -1,0 +1,303 @@
+"""``Gateway``: the embedding facade (§1.1) that wires store, actors, delivery and recovery.
+
+Thread-safe entry points (``submit``, ``wait_idle``, ``queue_depth``, ``stats``) may be called
+from any thread of the host; everything stateful behind them is an actor or a thread-safe
+service. Embedded use needs no monkey-patching; under ``gevent.monkey.patch_all()`` the same
+code runs its actors and workers as greenlets and the store keeps SQLite off the hub.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from hermes_actors.agents.factory import agent_factory_from_config
+from hermes_actors.config import GatewayConfig, load_config
+from hermes_actors.errors import HermesActorsError
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.runtime.activity import ActivityTracker
+from hermes_actors.runtime.cache import AgentCacheActor
+from hermes_actors.runtime.clock import SystemClock
+from hermes_actors.runtime.delegations import DelegationRegistry
+from hermes_actors.runtime.delivery import Delivery, NoticePool
+from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
+from hermes_actors.runtime.memory import MemoryProbe
+from hermes_actors.runtime.recovery import RecoveryReport
+from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
+from hermes_actors.runtime.router import SessionRouter
+from hermes_actors.runtime.services import Services
+from hermes_actors.runtime.session_actor import (
+    GetStatistics,
+    IdleCheck,
+    Inbound,
+    InterruptTurn,
+    Kick,
+    SessionActor,
+    StopAccepting,
+)
+from hermes_actors.runtime.supervisor import SupervisorActor
+from hermes_actors.store.store import SessionStore
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger("hermes_actors.gateway")
+
+class _Actor(SessionActor):
+    use_daemon_thread = True
+
+
+class Gateway:
+    """A running gateway over ``home``; see SPEC §1.1 for the contract."""
+
+    def __init__(
+        self,
+        home: str | os.PathLike,
+        config: GatewayConfig | None = None,
+        *,
+        agent_factory: Callable[[Any], Any] | None = None,
+        adapters: Iterable[Any] = (),
+        clock: Any = None,
+        memory_probe: Any = None,
+    ) -> None:
+        self.home = Path(home)
+        self.config = config if config is not None else load_config()
+        self.clock = clock or SystemClock()
+        self.memory_probe = memory_probe
+        self.adapters = list(adapters)
+        self._agent_factory = agent_factory or agent_factory_from_config(self.config)
+        self._state = "new"
+        self._gate_lock = threading.Lock()
+        self._gate_open = False
+        self._store: SessionStore | None = None
+        self._services: Services | None = None
+        self._router: SessionRouter | None = None
+        self._tracker = ActivityTracker()
+        self._turns = ActivityTracker()
+        self._supervisor: Any = None
+        self._watcher: Watcher | None = None
+        self._counted: frozenset[str] = frozenset()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Gateway:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def store(self) -> SessionStore:
+        """The session store (available once started)."""
+        if self._store is None:
+            raise HermesActorsError("the gateway is not started: call start() first")
+        return self._store
+
+    @property
+    def running(self) -> bool:
+        """Whether the gateway accepts messages."""
+        return self._state == "running"
+
+    def start(self) -> RecoveryReport:
+        """Open the store, recover from the previous run, and start accepting messages."""
+        if self._state != "new":
+            raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._store = SessionStore(
+            self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
+        )
+        delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger)
+        cache = AgentCacheActor.start(
+            self.config.agent.agent_cache, self.clock, probe=self.memory_probe or MemoryProbe(),
+            load_transcript=self._store.load_transcript,
+        ).proxy()
+        self._router = SessionRouter(self._start_session_actor)
+        self._services = Services(
+            config=self.config,
+            store=self._store,
+            delivery=delivery,
+            notices=NoticePool(delivery, self._tracker),
+            cache=cache,
+            delegations=DelegationRegistry(self._tracker.add, self._tracker.done),
+            tracker=self._tracker,
+            turns=self._turns,
+            clock=self.clock,
+            agent_factory=self._agent_factory,
+            submit_internal=self._submit_internal,
+            try_retire=self._router.try_retire,
+            on_turn_succeeded=self._on_turn_succeeded,
+        )
+        self._supervisor = SupervisorActor.start(
+            self.home, self._store, self.config, self.clock, delivery
+        ).proxy()
+        self._state = "running"
+        report, candidates = self._supervisor.recover().get()
+        self._counted = self._supervisor.counted_keys().get()
+        with self._gate_lock:
+            pending = self._store.pending_inbox()
+            events, report.resumed = plan_startup_dispatch(candidates, pending)
+            for key, event in events:
+                self._dispatch(key, event)
+            report.replayed_inbox = len(pending)
+            self._gate_open = True
+        self._schedule = HousekeepingSchedule(self.config.housekeeping, self.clock.monotonic())
+        if isinstance(self.clock, SystemClock):
+            self._watcher = Watcher(self._schedule, self.clock, self.housekeeping_tick)
+            self._watcher.start()
+        log.info(report.summary())
+        return report
+
+    def stop(self, drain_timeout: float | None = None, restarting: bool = False) -> None:
+        """Stop gracefully: drain running turns up to ``drain_timeout`` seconds, interrupt
+        and mark the rest for resumption, flush state and write ``.clean_shutdown``."""
+        if self._state != "running":
+            return
+        self._state = "stopping"
+        if self._watcher is not None:
+            self._watcher.stop()
+        timeout = self.config.restart_drain_timeout if drain_timeout is None else drain_timeout
+        router = self._router
+        for future in router.broadcast(StopAccepting()):
+            _get(future)
+        interrupted: list[str] = []
+        reason = "restart_timeout" if restarting else "shutdown_timeout"
+        if not self._turns.wait_idle(timeout):
+            interrupted = [k for k in self._running_keys()
+                           if router.ask(k, InterruptTurn(reason))]
+        self._supervisor.drain_finished(interrupted, reason).get()
+        self._turns.wait_idle(10.0)
+        self._services.delegations.cancel_all()
+        router.stop_all()
+        self._services.notices.stop()
+        self._services.cache.close_all().get(timeout=30)
+        self._services.cache.actor_ref.stop()
+        self.store.close()
+        self._supervisor.write_clean_shutdown().get()
+        self._supervisor.actor_ref.stop()
+        self._state = "stopped"
+
+    # -- messages -------------------------------------------------------------------------
+
+    def submit(self, event: MessageEvent) -> str:
+        """Accept an inbound message: durable first, then routed to its session actor.
+
+        Non-blocking with respect to the turn; returns the event id.
+        """
+        if not isinstance(event, MessageEvent):
+            raise TypeError("submit() takes a MessageEvent")
+        if self._state != "running":
+            raise HermesActorsError("the gateway is not running: messages are not accepted")
+        key = self.store.session_key_for(event.source)
+        if event.internal:
+            self._dispatch(key, event)
+            return event.event_id
+        with self._gate_lock:
+            self.store.accept_event(key, event)
+            if self._gate_open:
+                self._dispatch(key, event)
+        return event.event_id
+
+    def _submit_internal(self, event: MessageEvent) -> None:
+        if self._state == "running":
+            self._dispatch(self.store.session_key_for(event.source), event)
+        else:
+            log.info("internal wake-up dropped: gateway stopping")
+
+    def _dispatch(self, key: str, event: MessageEvent) -> None:
+        self._tracker.add()
+        try:
+            self._router.tell(key, Inbound(event))
+        except Exception:
+            self._tracker.done()
+            raise
+
+    def _on_turn_succeeded(self, key: str) -> None:
+        if key in self._counted:  # the worker waits, so wait_idle covers the file write
+            self._supervisor.turn_succeeded(key).get()
+
+    def _start_session_actor(self, key: str) -> pykka.ActorRef:
+        return _Actor.start(key, self._services)
+
+    # -- queries --------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """True once no turn runs, no queue holds an event, no delegation or delivery runs."""
+        return self._tracker.wait_idle(timeout)
+
+    def queue_depth(self, session_key: str) -> int:
+        """``queue_depth`` of §8 for a session key (0 when its actor is not live)."""
+        if self._router is None:
+            return 0
+        stats = self._router.ask(session_key, GetStatistics())
+        return stats.queue_depth if stats is not None else 0
+
+    def session_statistics(self, session_key: str):
+        """The live actor's statistics record, or None."""
+        return self._router.ask(session_key, GetStatistics()) if self._router else None
+
+    def _running_keys(self) -> list[str]:
+        futures = self._router.broadcast(GetStatistics())
+        out = []
+        for f in futures:
+            s = _get(f)
+            if s is not None and s.running:
+                out.append(s.session_key)
+        return out
+
+    def _has_active_processes(self, key: str) -> bool:
+        if self._services is None:
+            return False
+        if self._services.delegations.running(key):
+            return True
+        stats = self._router.ask(key, GetStatistics())
+        return bool(stats and (stats.running or stats.queue_depth))
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the whole gateway (a plain dict, JSON-ready)."""
+        out: dict[str, Any] = {"state": self._state}
+        if self._router is not None:
+            out["live_sessions"] = len(self._router)
+            out["actors_started"] = self._router.started
+            out["actors_retired"] = self._router.retired
+            out["delegations_running"] = self._services.delegations.running()
+            out["outstanding"] = self._tracker.count
+            out["cache"] = self._services.cache.statistics().get()._asdict()
+        return out
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def housekeeping_tick(self) -> None:
+        """Run one housekeeping pass now: retire idle actors, retry stalled queues, release
+        idle cached agents, the memory-pressure sweep, the ledger sweep, and (when due) the
+        routing and ledger prunes."""
+        if self._state != "running":
+            return
+        now = self.clock.monotonic()
+        self._schedule.pass_done(now)
+        idle = self.config.session_actor_idle_secs
+        for future in self._router.broadcast(IdleCheck(idle)):
+            _get(future)
+        for future in self._router.broadcast(Kick()):
+            _get(future)
+        cache = self._services.cache
+        cache.sweep_idle().get()
+        cache.sweep_memory().get()
+        self._supervisor.sweep_ledger().get()
+        if self._schedule.take_prune(now):
+            pruned = self.store.prune_stale_entries(self.config.session_store_max_age_days)
+            self.store.ledger_prune(7)
+            if pruned:
+                log.info("housekeeping pruned=%d routing entries", pruned)
+
+
+def _get(future: pykka.Future, timeout: float = 10.0) -> Any:
+    try:
+        return future.get(timeout=timeout)
+    except (pykka.ActorDeadError, pykka.Timeout):
+        return None

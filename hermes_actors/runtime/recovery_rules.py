@@ -1,0 +1,150 @@
+"""Pure decisions of crash recovery (§7): judged from data, no actors, no I/O.
+
+The supervisor gathers durable facts (turn markers, persisted replies, counters, boot times)
+and asks these functions what to do, so every rule is unit-tested without killing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from hermes_actors.model.entry import SessionEntry
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
+from hermes_actors.model.timeutil import epoch
+
+__all__ = [
+    "AUTO_RESUME_REASONS",
+    "MarkerVerdict",
+    "auto_continue_candidates",
+    "judge_marker",
+    "marker_max_age",
+    "next_restart_counts",
+    "plan_startup_dispatch",
+    "record_boot",
+    "resume_note",
+]
+
+#: Resume reasons that auto-continue after a restart.
+AUTO_RESUME_REASONS = frozenset({"restart_timeout", "shutdown_timeout", "restart_interrupted"})
+
+_NOTE = (
+    "[System note: The previous turn was interrupted by a gateway {what}; the gateway is back "
+    "online. Do not re-run restart or shutdown commands from the history. Continue the "
+    "interrupted task.]"
+)
+
+
+def resume_note(reason: str | None) -> str:
+    """The system note for an auto-continued turn (§7 step 6, §17.22)."""
+    return _NOTE.format(what="shutdown" if reason == "shutdown_timeout" else "restart")
+
+
+def marker_max_age(agent_timeout: float) -> float:
+    """Markers older than this are cleared without resume: ``max(3600, 2 × timeout)``."""
+    return max(3600.0, 2.0 * agent_timeout)
+
+
+@dataclass(frozen=True)
+class MarkerVerdict:
+    """What to do with one durable turn marker found after a crash."""
+
+    #: ``expire`` (too old: clear only), ``deliver`` (owe ``content`` as ``kind``),
+    #: ``nothing`` (silence on an internal turn), ``resume`` (no reply: mark for resume).
+    action: Literal["expire", "deliver", "nothing", "resume"]
+    content: str | None = None
+    kind: str | None = None
+
+
+def judge_marker(entry: SessionEntry, reply: str | None, now: float,
+                 max_age: float) -> MarkerVerdict:
+    """Judge an interrupted turn from its marker and its persisted reply (if any).
+
+    Times are compared as epoch seconds, so an offset or a host time-zone change between the
+    two runs cannot make a fresh marker look old or an old one fresh.
+    """
+    started = entry.active_turn_started_at
+    if started is None or now - epoch(started) > max_age:
+        return MarkerVerdict("expire")
+    if reply is not None and reply.strip():
+        if is_silence_marker(reply):
+            if entry.active_turn_internal:
+                return MarkerVerdict("nothing")
+            return MarkerVerdict("deliver", SILENCE_NOTICE, "notice")
+        return MarkerVerdict("deliver", reply, "recovered")
+    return MarkerVerdict("resume")
+
+
+def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str]) -> dict[str, int]:
+    """Consecutive restarts each session was mid-turn across; idle sessions drop out."""
+    mid = set(mid_turn)
+    return {key: int(counts.get(key, 0)) + 1 for key in sorted(mid)}
+
+
+def record_boot(boots: Iterable[float], now: float, window: float,
+                max_restarts: int) -> tuple[list[float], bool]:
+    """Add this boot, prune boots outside the window; True when it is a restart storm."""
+    kept = [b for b in boots if isinstance(b, (int, float)) and now - b <= window]
+    kept.append(now)
+    return kept, len(kept) >= max_restarts
+
+
+def auto_continue_candidates(
+    entries: Iterable[SessionEntry],
+    now: float,
+    freshness: float,
+    can_send: Callable[[str], bool],
+) -> list[SessionEntry]:
+    """Sessions to auto-continue: resumable reason, not suspended, reachable, fresh."""
+    out = []
+    for entry in entries:
+        if not entry.resume_pending or entry.suspended:
+            continue
+        if entry.resume_reason not in AUTO_RESUME_REASONS or entry.origin is None:
+            continue
+        if not can_send(entry.origin.platform):
+            continue
+        marked = entry.last_resume_marked_at
+        if marked is None or now - epoch(marked) > freshness:
+            continue
+        out.append(entry)
+    return out
+
+
+def plan_startup_dispatch(
+    candidates: Iterable[SessionEntry],
+    pending: Iterable[tuple[str, MessageEvent]],
+) -> tuple[list[tuple[str, MessageEvent]], list[str]]:
+    """Order the startup dispatch: auto-continue wake-ups first, then the inbox replay.
+
+    A resumable session that already has a human message waiting gets no empty wake-up: the
+    note rides on its first waiting message instead (§17.21). Replayed events are flagged
+    ``replayed`` so they queue behind a running turn instead of interrupting it. Returns the
+    ordered events and the resumed session keys.
+    """
+    pending = list(pending)
+    waiting = {key for key, _ in pending}
+    notes: dict[str, str] = {}
+    wakeups: list[tuple[str, MessageEvent]] = []
+    resumed: list[str] = []
+    for entry in candidates:
+        note = resume_note(entry.resume_reason)
+        resumed.append(entry.session_key)
+        if entry.session_key in waiting:
+            notes[entry.session_key] = note
+            continue
+        wakeups.append((
+            entry.session_key,
+            MessageEvent(source=entry.origin, text="", internal=True,
+                         metadata={"recovery_note": note, "auto_continue": True}),
+        ))
+    replay = []
+    for key, event in pending:
+        metadata = {**event.metadata, "replayed": True}
+        note = notes.pop(key, None)
+        if note is not None:
+            metadata["recovery_note"] = note
+        replay.append((key, replace(event, metadata=metadata)))
+    return wakeups + replay, resumed

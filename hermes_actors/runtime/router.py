@@ -1,0 +1,103 @@
+"""``SessionRouter``: session key → live ``SessionActor``, created on demand, retired when idle.
+
+Live actors are bounded by retirement: an idle actor asks to be retired while handling an
+``IdleCheck``; the router removes it only if it is still the registered actor and its inbox is
+empty, under the same lock every ``tell`` takes. Since all inbound messages pass through that
+lock, nothing can slip into a retiring actor's inbox, and the next message simply starts a new
+actor (whose state lives in the store).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+__all__ = ["SessionRouter"]
+
+log = logging.getLogger("hermes_actors.router")
+
+
+class SessionRouter:
+    """Thread-safe map of live session actors."""
+
+    def __init__(self, start_actor: Callable[[str], pykka.ActorRef]) -> None:
+        self._start_actor = start_actor
+        self._lock = threading.Lock()
+        self._actors: dict[str, pykka.ActorRef] = {}
+        self.started = 0
+        self.retired = 0
+
+    def tell(self, session_key: str, message: Any) -> None:
+        """Deliver ``message`` to the session's actor, starting one if none is live."""
+        with self._lock:
+            for _ in range(2):
+                ref = self._actors.get(session_key)
+                if ref is None:
+                    ref = self._start_actor(session_key)
+                    self._actors[session_key] = ref
+                    self.started += 1
+                try:
+                    ref.tell(message)
+                    return
+                except pykka.ActorDeadError:
+                    # It died (a bug): its queue is gone, but the inbox table still has the
+                    # events; start a fresh actor for this and later messages.
+                    log.error("session actor was dead, restarting key=%s", session_key)
+                    self._actors.pop(session_key, None)
+            raise RuntimeError(f"could not start a session actor for {session_key!r}")
+
+    def ask(self, session_key: str, message: Any, default: Any = None,
+            timeout: float | None = 10) -> Any:
+        """Ask the live actor of ``session_key``; ``default`` when none is live."""
+        with self._lock:
+            ref = self._actors.get(session_key)
+        if ref is None:
+            return default
+        try:
+            return ref.ask(message, timeout=timeout)
+        except pykka.ActorDeadError:
+            return default
+
+    def try_retire(self, session_key: str, ref: pykka.ActorRef,
+                   inbox_empty: Callable[[], bool]) -> bool:
+        """Unregister ``ref`` if it is current and has nothing waiting; the actor then stops."""
+        with self._lock:
+            if self._actors.get(session_key) is not ref or not inbox_empty():
+                return False
+            del self._actors[session_key]
+            self.retired += 1
+            return True
+
+    def live(self) -> list[tuple[str, pykka.ActorRef]]:
+        """A snapshot of the live actors."""
+        with self._lock:
+            return list(self._actors.items())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._actors)
+
+    def broadcast(self, message: Any) -> list[pykka.Future]:
+        """Ask every live actor; returns the futures (dead actors are skipped)."""
+        futures = []
+        for _key, ref in self.live():
+            try:
+                futures.append(ref.ask(message, block=False))
+            except pykka.ActorDeadError:
+                continue
+        return futures
+
+    def stop_all(self, timeout: float = 10) -> None:
+        """Stop every live actor."""
+        with self._lock:
+            refs = list(self._actors.values())
+            self._actors.clear()
+        for ref in refs:
+            try:
+                ref.stop(block=True, timeout=timeout)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                pass

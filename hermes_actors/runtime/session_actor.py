@@ -1,0 +1,353 @@
+"""``SessionActor``: one per live session key; owns the slot, the overflow and the turn (§8).
+
+The mailbox is the only way in, so the order of arrival is the order of processing: FIFO
+follows from the mailbox, not from locks. A turn runs in a worker (a thread, or a greenlet
+under gevent) and reports back as a ``TurnDone`` message, so ``/stop``, ``/queue`` and
+follow-ups are handled while it runs. The actor does decisions only; slow work (the agent,
+transcript loads, sends) happens in workers and notice actors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pykka
+
+from hermes_actors.model.events import MessageEvent, MessageType
+from hermes_actors.runtime.queueing import Queued, SessionQueue
+from hermes_actors.runtime.services import Services
+from hermes_actors.runtime.turn import RunningTurn, TurnOutcome, run_turn
+
+__all__ = [
+    "Inbound",
+    "IdleCheck",
+    "Kick",
+    "SessionActor",
+    "SessionStatistics",
+    "StopAccepting",
+    "InterruptTurn",
+    "TurnDone",
+    "GetStatistics",
+]
+
+log = logging.getLogger("hermes_actors.session")
+
+INTERRUPT_ACK = "⚡ Interrupting the current turn."
+QUEUED_ACK = "Queued for the next turn."
+QUEUE_USAGE = "Usage: /queue <prompt>"
+QUEUE_FULL = (
+    "Queue full ({} waiting): this message was not queued. Wait for the current turn, "
+    "or send /stop."
+)
+STOPPED = "Stopped"
+NOTHING_TO_STOP = "No active task to stop"
+NEW_SESSION = "✨ Started a new session."
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """A submitted event for this session."""
+
+    event: MessageEvent
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """The worker of turn ``turn_id`` finished."""
+
+    turn_id: int
+    outcome: TurnOutcome
+
+
+@dataclass(frozen=True)
+class IdleCheck:
+    """Stop yourself if idle since ``idle_secs`` before the clock's ``now``."""
+
+    idle_secs: float
+
+
+@dataclass(frozen=True)
+class Kick:
+    """Try again to start queued work (an adapter may have reconnected)."""
+
+
+@dataclass(frozen=True)
+class StopAccepting:
+    """Drain: start no new turn; answers whether a turn is still running."""
+
+
+@dataclass(frozen=True)
+class InterruptTurn:
+    """Interrupt the running turn (drain deadline); answers whether one was running."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class GetStatistics:
+    """Answered with a :class:`SessionStatistics`."""
+
+
+class SessionStatistics(NamedTuple):
+    """A snapshot of one session actor."""
+
+    #: The routing key.
+    session_key: str
+    #: ``queue_depth`` of §8.
+    queue_depth: int
+    #: Whether a turn runs now.
+    running: bool
+    #: Whether the running turn was asked to stop.
+    interrupting: bool
+    #: Monotonic clock reading of the last message or turn end.
+    last_activity: float
+    #: Turns finished by this actor incarnation.
+    turns: int
+
+
+_turn_ids = itertools.count(1)
+
+
+class SessionActor(pykka.ThreadingActor):
+    """See the module docstring."""
+
+    def __init__(self, session_key: str, services: Services) -> None:
+        super().__init__()
+        self.session_key = session_key
+        self._s = services
+        self.queue = SessionQueue()
+        self.running: RunningTurn | None = None
+        self._accepting = True
+        self._holding = False
+        self._acked_interrupt = False
+        self._turns = 0
+        self._last_activity = services.clock.monotonic()
+
+    # -- mailbox --------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            return self._dispatch(message)
+        except Exception:  # noqa: BLE001 - an actor that dies loses its queue; log and go on
+            log.exception("session actor error session_key=%s", self.session_key)
+            return None
+        finally:
+            self._sync_busy()
+            if isinstance(message, Inbound):
+                self._s.tracker.done()
+
+    def on_stop(self) -> None:
+        self._release_busy()
+        if self.running is not None:
+            self.running = None
+            self._s.turns.done()
+
+    def on_failure(self, exception_type, exception_value, traceback) -> None:
+        self.on_stop()
+
+    def _dispatch(self, message: Any) -> Any:
+        if isinstance(message, Inbound):
+            self._last_activity = self._s.clock.monotonic()
+            self._on_event(message.event)
+        elif isinstance(message, TurnDone):
+            self._on_turn_done(message)
+        elif isinstance(message, IdleCheck):
+            return self._on_idle_check(message.idle_secs)
+        elif isinstance(message, Kick):
+            self._maybe_start()
+        elif isinstance(message, GetStatistics):
+            return self.statistics()
+        elif isinstance(message, StopAccepting):
+            self._accepting = False
+            return self.running is not None
+        elif isinstance(message, InterruptTurn):
+            if self.running is None:
+                return False
+            self.running.interrupt(message.reason)
+            return True
+        return None
+
+    def statistics(self) -> SessionStatistics:
+        """A snapshot record of this actor."""
+        return SessionStatistics(
+            session_key=self.session_key,
+            queue_depth=self.queue.depth,
+            running=self.running is not None,
+            interrupting=bool(self.running and self.running.interrupted.is_set()),
+            last_activity=self._last_activity,
+            turns=self._turns,
+        )
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _on_event(self, event: MessageEvent) -> None:
+        command = event.command
+        if command is not None:
+            handler = getattr(self, f"_cmd_{command.name}")
+            handler(event, command.args)
+        elif event.internal:
+            self.queue.enqueue_fifo(Queued.of(event, "internal"))
+        elif self.running is None and not self.queue:
+            self.queue.enqueue_fifo(Queued.of(event, "followup"))
+        elif event.metadata.get("replayed"):
+            self._enqueue_replayed(event)
+        elif self._s.config.busy_input_mode == "interrupt" or (
+            event.message_type == MessageType.PHOTO
+        ):
+            self._followup_interrupt(event)
+        else:
+            self._enqueue_capped(Queued.of(event, "queued"), event)
+        self._maybe_start()
+
+    def _enqueue_replayed(self, event: MessageEvent) -> None:
+        # Replayed after a restart: it was already waiting before, so it queues behind the
+        # running turn (merging like a follow-up in interrupt mode) and interrupts nothing.
+        if self._s.config.busy_input_mode == "interrupt":
+            self.queue.merge_followup(Queued.of(event, "followup"))
+        else:
+            self.queue.enqueue_fifo(Queued.of(event, "queued"))
+
+    def _followup_interrupt(self, event: MessageEvent) -> None:
+        self.queue.merge_followup(Queued.of(event, "followup"))
+        if self.running is None or self._s.config.busy_input_mode != "interrupt":
+            return
+        if not self._acked_interrupt:
+            self._acked_interrupt = True
+            self._notify(event, INTERRUPT_ACK)
+        self.running.interrupt(event.text)
+
+    def _enqueue_capped(self, item: Queued, event: MessageEvent) -> None:
+        depth = self.queue.depth
+        if depth >= self._s.config.queue_max:
+            self._notify(event, QUEUE_FULL.format(depth))
+            self._consume(event.event_id, reason="rejected")
+            return
+        self.queue.enqueue_fifo(item)
+        depth = self.queue.depth
+        self._notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)")
+
+    # -- commands -------------------------------------------------------------------------
+
+    def _cmd_queue(self, event: MessageEvent, prompt: str) -> None:
+        if not prompt and not event.media_urls:
+            self._notify(event, QUEUE_USAGE)
+            self._consume(event.event_id, reason="command")
+            return
+        item = Queued(event.with_text(prompt), "queued", (event.event_id,))
+        if self.running is None and not self.queue:
+            self.queue.enqueue_fifo(item)
+        else:
+            self._enqueue_capped(item, event)
+
+    def _cmd_stop(self, event: MessageEvent, _args: str) -> None:
+        running = self.running is not None
+        if running:
+            self.running.interrupt("/stop")
+        dropped = self.queue.discard_followup()
+        if dropped is not None:
+            self._consume(*dropped.event_ids, reason="dropped")
+        stopped = self._s.delegations.cancel(self.session_key)
+        self._notify(event, STOPPED if running or stopped else NOTHING_TO_STOP)
+        self._consume(event.event_id, reason="command")
+
+    def _cmd_new(self, event: MessageEvent, _args: str) -> None:
+        if self.running is not None:
+            self.running.interrupt("/new")
+        dropped = self.queue.clear_human()
+        ids = [i for item in dropped for i in item.event_ids]
+        if ids:
+            self._consume(*ids, reason="dropped")
+        self._s.delegations.cancel(self.session_key)
+        store = self._s.store
+        if store.reset_session(self.session_key) is None:
+            store.get_or_create_session(event.source, force_new=True)
+        self._s.cache.discard(self.session_key)
+        self._notify(event, NEW_SESSION)
+        self._consume(event.event_id, reason="command")
+
+    _cmd_reset = _cmd_new
+
+    def _cmd_status(self, event: MessageEvent, _args: str) -> None:
+        entry = self._s.store.get(self.session_key)
+        lines = [f"Session: {entry.session_id if entry else '(none yet)'}"]
+        lines.append(f"Queue depth: {self.queue.depth}")
+        lines.append("Turn: running" if self.running is not None else "Turn: idle")
+        if entry is not None:
+            if entry.resume_pending:
+                lines.append(f"Resume pending: {entry.resume_reason or 'yes'}")
+            if entry.suspended:
+                lines.append("Suspended: the next message starts a new session")
+        self._notify(event, "\n".join(lines))
+        self._consume(event.event_id, reason="command")
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def _maybe_start(self) -> None:
+        if self.running is not None or not self._accepting:
+            return
+        item = self.queue.take_next()
+        if item is None:
+            return
+        if not self._s.delivery.can_send(item.event.source.platform):
+            self.queue.put_back(item)  # stays queued until an adapter can take it
+            return
+        turn = RunningTurn(next(_turn_ids), item)
+        self.running = turn
+        self._s.turns.add()
+        self._acked_interrupt = False
+        ref = self.actor_ref
+
+        def work() -> None:
+            outcome = run_turn(self._s, self.session_key, turn)
+            try:
+                ref.tell(TurnDone(turn.id, outcome))
+            except pykka.ActorDeadError:
+                log.warning("turn finished after its actor stopped key=%s", self.session_key)
+
+        threading.Thread(target=work, name=f"turn-{turn.id}", daemon=True).start()
+
+    def _on_turn_done(self, message: TurnDone) -> None:
+        if self.running is None or self.running.id != message.turn_id:
+            return
+        self.running = None
+        self._s.turns.done()
+        self._turns += 1
+        self._last_activity = self._s.clock.monotonic()
+        self._maybe_start()
+
+    def _on_idle_check(self, idle_secs: float) -> bool:
+        if self.running is not None or self.queue:
+            return False
+        if self._s.clock.monotonic() - self._last_activity < idle_secs:
+            return False
+        if self._s.try_retire(self.session_key, self.actor_ref, self.actor_inbox.empty):
+            self.stop()
+            return True
+        return False
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _notify(self, event: MessageEvent, text: str) -> None:
+        self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}")
+
+    def _consume(self, *event_ids: str, reason: str) -> None:
+        ids = [i for i in event_ids if i]
+        if ids:
+            self._s.store.consume_events(ids, reason)
+
+    def _sync_busy(self) -> None:
+        busy = self.running is not None or bool(self.queue)
+        if busy and not self._holding:
+            self._s.tracker.add()
+            self._holding = True
+        elif not busy and self._holding:
+            self._release_busy()
+
+    def _release_busy(self) -> None:
+        if self._holding:
+            self._holding = False
+            self._s.tracker.done()

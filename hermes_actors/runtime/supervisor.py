@@ -1,0 +1,223 @@
+"""``SupervisorActor``: crash recovery, restart counting, drain marking, ledger sweeps (§7).
+
+One per gateway. Its mailbox serialises everything that touches ``restart_counts.json``,
+``restart_storm.json`` and ``.clean_shutdown``, so those files never race. The decisions
+themselves are the pure functions of ``recovery_rules``; this actor gathers the durable facts,
+applies the verdicts through the store and the delivery, and keeps the statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pykka
+
+from hermes_actors.errors import UnknownPlatformError
+from hermes_actors.model.source import SessionSource
+from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.recovery import RecoveryReport
+from hermes_actors.runtime.recovery_rules import (
+    auto_continue_candidates,
+    judge_marker,
+    marker_max_age,
+    next_restart_counts,
+    record_boot,
+)
+from hermes_actors.store.atomic import atomic_write_json
+
+__all__ = ["CLEAN_SHUTDOWN", "SupervisorActor", "SupervisorStatistics"]
+
+log = logging.getLogger("hermes_actors.supervisor")
+
+CLEAN_SHUTDOWN = ".clean_shutdown"
+RESTART_COUNTS = "restart_counts.json"
+RESTART_STORM = "restart_storm.json"
+
+
+class SupervisorStatistics(NamedTuple):
+    """A snapshot of the supervisor."""
+
+    #: Sessions with a non-zero stuck-loop counter.
+    counted_sessions: int
+    #: Sessions suspended by the stuck-loop guard since start.
+    suspensions: int
+    #: Ledger rows delivered by sweeps since start.
+    redelivered: int
+    #: Sessions marked for resumption at a drain deadline.
+    drain_timeouts: int
+    #: The report of the last startup.
+    last_report: RecoveryReport | None
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as exc:
+        log.warning("unreadable %s (%s): starting from empty", path.name, exc)
+        return default
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    """See the module docstring."""
+
+    use_daemon_thread = True
+
+    def __init__(self, home: Path, store, config, clock, delivery) -> None:
+        super().__init__()
+        self._home = Path(home)
+        self._store = store
+        self._config = config
+        self._clock = clock
+        self._delivery = delivery
+        counts = _read_json(self._home / RESTART_COUNTS, {})
+        self._counts: dict[str, int] = {
+            k: int(v) for k, v in counts.items() if isinstance(v, int) and v > 0
+        } if isinstance(counts, dict) else {}
+        self._suspensions = 0
+        self._redelivered = 0
+        self._drain_timeouts = 0
+        self._report: RecoveryReport | None = None
+
+    # -- startup --------------------------------------------------------------------------
+
+    def recover(self) -> tuple[RecoveryReport, list]:
+        """Steps 1–4 of §7 and the auto-continue candidates (step 6 is dispatched by the
+        gateway together with the inbox replay). Returns the report and the candidates."""
+        store = self._store
+        marker = self._home / CLEAN_SHUTDOWN
+        report = RecoveryReport(clean_shutdown=marker.exists())
+        if report.clean_shutdown:
+            store.discard_active_turn_markers()
+            marker.unlink(missing_ok=True)  # only once the discard is durable
+        else:
+            report.recovered_replies = self._recover_unclean_sessions()
+        report.redelivered = self.sweep_ledger()
+        report.suspended = self._suspend_stuck()
+        report_candidates = self._auto_continue_candidates()
+        self._report = report
+        return report, report_candidates
+
+    def _recover_unclean_sessions(self) -> int:
+        store, now = self._store, self._clock.time()
+        max_age = marker_max_age(self._config.agent.timeout)
+        marked = [e for e in store.list_sessions() if e.active_turn_token is not None]
+        recovered = 0
+        mid_turn = []
+        for entry in marked:
+            row = store.turn_reply(entry.session_id, entry.active_turn_token)
+            verdict = judge_marker(entry, row["content"] if row else None, now, max_age)
+            if verdict.action != "expire":
+                mid_turn.append(entry.session_key)
+            if verdict.action == "deliver" and entry.origin is not None:
+                target = entry.origin
+                self._delivery.record(entry.session_key, target, verdict.content, verdict.kind,
+                                      entry.active_turn_token)
+                recovered += verdict.kind == "recovered"
+            elif verdict.action == "resume":
+                if not entry.resume_pending:
+                    store.mark_resume_pending(entry.session_key, "restart_interrupted")
+            store.clear_turn_active(entry.session_key, entry.active_turn_token)
+            crashpoint("during_recovery")
+        self._write_counts(next_restart_counts(self._counts, mid_turn))
+        return recovered
+
+    def _suspend_stuck(self) -> list[str]:
+        threshold = self._config.stuck_loop_threshold
+        stuck = sorted(k for k, n in self._counts.items() if n >= threshold)
+        for key in stuck:
+            if self._store.suspend_session(key):
+                self._suspensions += 1
+                log.warning("session suspended after %d interrupted restarts key=%s",
+                            self._counts[key], key)
+        if stuck:
+            self._write_counts({k: n for k, n in self._counts.items() if k not in stuck})
+        return stuck
+
+    def _auto_continue_candidates(self) -> list:
+        agent = self._config.agent
+        candidates = auto_continue_candidates(
+            self._store.list_sessions(), self._clock.time(), agent.auto_continue_freshness,
+            self._delivery.can_send,
+        )
+        if not candidates:
+            return []
+        storm = self._config.restart_storm
+        path = self._home / RESTART_STORM
+        data = _read_json(path, {})
+        boots = data.get("boots", []) if isinstance(data, dict) else []
+        boots, is_storm = record_boot(boots, self._clock.time(), storm.window_seconds,
+                                      storm.max_restarts)
+        atomic_write_json(path, {"boots": boots})
+        if is_storm:
+            log.warning("restart storm: %d boots with resumable sessions within %gs; "
+                        "auto-continue skipped (flags kept)", len(boots), storm.window_seconds)
+            return []
+        return candidates
+
+    # -- while running --------------------------------------------------------------------
+
+    def sweep_ledger(self) -> int:
+        """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed."""
+        sent = 0
+        me = os.getpid()
+        for row in self._store.ledger_rows(("pending", "attempting", "failed")):
+            if row["state"] == "attempting" and row.get("owner_pid") == me:
+                continue  # a live worker of ours is sending it right now
+            try:
+                target = SessionSource(row["platform"], chat_id=row["chat_id"],
+                                       thread_id=row["thread_id"])
+            except (UnknownPlatformError, ValueError, TypeError):
+                continue
+            if not self._delivery.can_send(target.platform):
+                continue
+            uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
+            text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
+            if self._delivery.attempt(row["obligation_id"], target, text):
+                sent += 1
+                if row["kind"] in ("reply", "recovered"):
+                    self._store.clear_resume_pending(row["session_key"])
+        self._redelivered += sent
+        return sent
+
+    def turn_succeeded(self, session_key: str) -> None:
+        """A successful turn resets the session's stuck-loop counter."""
+        if session_key in self._counts:
+            self._write_counts({k: n for k, n in self._counts.items() if k != session_key})
+
+    def drain_finished(self, interrupted: list[str], reason: str) -> None:
+        """At stop: mark sessions interrupted at the drain deadline and count the restart."""
+        for key in interrupted:
+            self._store.mark_resume_pending(key, reason)
+        self._drain_timeouts += len(interrupted)
+        crashpoint("during_drain")
+        self._write_counts(next_restart_counts(self._counts, interrupted))
+
+    def write_clean_shutdown(self) -> None:
+        """The last act of a graceful stop."""
+        atomic_write_json(self._home / CLEAN_SHUTDOWN, {"pid": os.getpid(),
+                                                          "at": self._clock.time()})
+
+    def counted_keys(self) -> frozenset[str]:
+        """Session keys with a stuck-loop counter (turn workers report their successes)."""
+        return frozenset(self._counts)
+
+    def statistics(self) -> SupervisorStatistics:
+        """A snapshot record."""
+        return SupervisorStatistics(
+            counted_sessions=len(self._counts),
+            suspensions=self._suspensions,
+            redelivered=self._redelivered,
+            drain_timeouts=self._drain_timeouts,
+            last_report=self._report,
+        )
+
+    def _write_counts(self, counts: dict[str, int]) -> None:
+        self._counts = dict(counts)
+        atomic_write_json(self._home / RESTART_COUNTS, self._counts)

@@ -1,0 +1,235 @@
+"""One turn, run in a worker outside the session actor's mailbox (§7, §8, §9).
+
+The order of durable steps is the recovery contract: mark the turn and persist the user
+message (one transaction, which also consumes the inbox rows) → run the agent → persist the
+reply → record the delivery obligation → clear the marker → send → mark delivered. A crash
+between any two steps leaves a state recovery can judge from the marker, the transcript and
+the ledger alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_actors.agents.base import TurnRequest, TurnResult
+from hermes_actors.model.context import build_session_context, build_session_context_prompt
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.keys import is_shared_multi_user_session
+from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
+from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.delegations import Delegation, format_completion
+from hermes_actors.runtime.eviction import should_check_pressure
+from hermes_actors.runtime.queueing import Queued
+from hermes_actors.runtime.services import Services
+
+__all__ = ["FAILED_NOTICE", "RunningTurn", "TurnOutcome", "run_turn"]
+
+log = logging.getLogger("hermes_actors.turn")
+
+#: The notice a user gets when the agent fails (§17.5).
+FAILED_NOTICE = (
+    "⚠️ The agent failed to answer ({}). Send your message again, or /new to start over."
+)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How a turn ended, reported back to the session actor."""
+
+    #: ``completed``, ``interrupted``, ``failed``, ``partial``, or ``skipped`` (not run).
+    status: str
+    session_id: str | None = None
+
+
+@dataclass
+class RunningTurn:
+    """The actor's handle on its running turn; the worker attaches the agent once it has it."""
+
+    id: int
+    item: Queued
+    interrupted: threading.Event = field(default_factory=threading.Event)
+    reason: str | None = None
+    agent: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def interrupt(self, reason: str | None) -> None:
+        """Ask the turn to stop; safe before the agent is attached."""
+        with self.lock:
+            if self.interrupted.is_set():
+                return
+            self.interrupted.set()
+            self.reason = reason
+            agent = self.agent
+        if agent is not None:
+            _safe_interrupt(agent, reason)
+
+    def attach(self, agent: Any) -> None:
+        """Record the agent; interrupt it at once if the turn was already interrupted."""
+        with self.lock:
+            self.agent = agent
+            already = self.interrupted.is_set()
+        if already:
+            _safe_interrupt(agent, self.reason)
+
+
+def _safe_interrupt(agent: Any, reason: str | None) -> None:
+    try:
+        agent.interrupt(reason)
+    except Exception:  # noqa: BLE001 - an agent bug must not break /stop
+        log.exception("agent.interrupt raised")
+
+
+def _compose_message(event: MessageEvent, shared: bool) -> str:
+    text = event.text
+    if shared and not event.internal and text:
+        sender = event.source.user_name or event.source.user_id or "unknown"
+        text = f"[{sender}] {text}"
+    note = event.metadata.get("recovery_note")
+    if note:
+        text = f"{note}\n\n{text}" if text else note
+    return text
+
+
+def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOutcome:
+    """Run ``turn`` to the end; never raises (failures become notices and outcomes)."""
+    event = turn.item.event
+    try:
+        return _run(services, session_key, turn, event)
+    except Exception as exc:  # noqa: BLE001 - the actor must always hear back
+        log.exception("turn failed outside the agent session_key=%s", session_key)
+        try:
+            services.delivery.send_owed(
+                session_key, event.source, FAILED_NOTICE.format(type(exc).__name__),
+                "notice", f"error:{event.event_id}",
+            )
+        except Exception:  # noqa: BLE001
+            log.exception("could not deliver the failure notice session_key=%s", session_key)
+        return TurnOutcome("failed")
+
+
+def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -> TurnOutcome:
+    store, config = services.store, services.config
+    internal = event.internal
+    entry = store.get_or_create_session(event.source, touch_activity=not internal)
+    session_id = entry.session_id
+    bound = event.metadata.get("session_id")
+    if internal and bound and bound != session_id:
+        # A wake-up of a session /new closed: record it where it belongs, do not run it.
+        store.append_message(bound, {"role": "system", "content": event.text})
+        return TurnOutcome("skipped", bound)
+    shared = is_shared_multi_user_session(
+        event.source,
+        group_sessions_per_user=config.group_sessions_per_user,
+        thread_sessions_per_user=config.thread_sessions_per_user,
+    )
+    message = _compose_message(event, shared)
+    context = build_session_context(
+        event.source, config, entry,
+        connected_platforms=["local", *services.delivery.connected_platforms()],
+    )
+    agent = services.cache.checkout(key, session_id).get()
+    if agent is None:
+        agent = services.agent_factory(context)
+    turn.attach(agent)
+    try:
+        history = store.load_transcript(session_id)
+        token = store.begin_turn(
+            key, session_id,
+            user_message={"role": "user", "content": message},
+            event_ids=turn.item.event_ids, internal=internal,
+        )
+        crashpoint("after_turn_marked")
+        crashpoint("after_user_persisted")
+        request = TurnRequest(
+            session_key=key,
+            session_id=session_id,
+            message=message,
+            history=history,
+            context=context,
+            system_prompt=services.system_prompt + "\n\n" + build_session_context_prompt(
+                context, redact_pii=config.privacy.redact_pii
+            ),
+            internal=internal,
+            media_urls=event.media_urls,
+            _emit=lambda m: store.append_message(session_id, m, turn_token=token),
+            _delegate=lambda fn, label="task": _delegate(services, key, session_id, event, fn,
+                                                         label),
+        )
+        error: BaseException | None = None
+        try:
+            result = agent.run_turn(request)
+            if not isinstance(result, TurnResult):
+                raise TypeError(f"run_turn returned {type(result).__name__}, not TurnResult")
+        except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
+            log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
+            error, result = exc, TurnResult(None, "failed")
+        _settle(services, key, session_id, token, event, result, error)
+    finally:
+        services.cache.checkin(key, session_id, agent)
+    grown = len(message.encode()) + len((result.reply or "").encode())
+    if should_check_pressure(grown):
+        services.cache.check_pressure()
+    if result.status == "completed" and error is None:
+        if entry.resume_pending:
+            store.clear_resume_pending(key)
+        services.on_turn_succeeded(key)
+    return TurnOutcome(result.status, session_id)
+
+
+def _settle(services: Services, key: str, session_id: str, token: str, event: MessageEvent,
+            result: TurnResult, error: BaseException | None) -> None:
+    """Persist the reply, record what is owed, clear the marker, send."""
+    store, delivery = services.store, services.delivery
+    reply = result.reply if isinstance(result.reply, str) else None
+    owed: tuple[str, str] | None = None
+    if error is not None or result.status == "failed":
+        name = type(error).__name__ if error is not None else "AgentFailed"
+        owed = (FAILED_NOTICE.format(name), "notice")
+    elif reply and reply.strip():
+        store.append_message(
+            session_id, {"role": "assistant", "content": reply}, turn_token=token, is_reply=True
+        )
+        crashpoint("after_reply_persisted")
+        if not is_silence_marker(reply):
+            owed = (reply, "reply")
+        elif not event.internal:
+            owed = (SILENCE_NOTICE, "notice")
+    oid = None
+    if owed is not None:
+        oid = delivery.record(key, event.source, owed[0], owed[1], token)
+        crashpoint("after_ledger_recorded")
+    store.clear_turn_active(key, token)
+    usage = result.usage or {}
+    if usage:
+        store.update_session(
+            key,
+            last_prompt_tokens=usage.get("prompt_tokens"),
+            touch_activity=False,
+            input_tokens=int(usage.get("input_tokens", 0) or 0),
+            output_tokens=int(usage.get("output_tokens", 0) or 0),
+        )
+    if owed is not None:
+        delivery.attempt(oid, event.source, owed[0])
+
+
+def _delegate(services: Services, key: str, session_id: str, event: MessageEvent, fn,
+              label: str) -> str:
+    source = event.source
+
+    def report(delegation: Delegation, status: str, output: str) -> None:
+        services.submit_internal(
+            MessageEvent(
+                source=source,
+                text=format_completion(delegation, status, output),
+                internal=True,
+                metadata={
+                    "delegation": {"id": delegation.id, "status": status, "output": output},
+                    "session_id": delegation.session_id,
+                },
+            )
+        )
+
+    return services.delegations.start(key, session_id, fn, label, report)

@@ -1,0 +1,314 @@
+"""``StoreCore``: the persistence plumbing under :class:`~hermes_actors.store.SessionStore`.
+
+Shape of a change: the caller takes the key's lock and decides with a pure function
+(:mod:`~hermes_actors.store.lifecycle`); :meth:`StoreCore._commit` applies the resulting
+operations as one backend transaction, then publishes the new entries in memory and marks
+the mirror dirty. Memory is updated only after the backend accepted the change, so readers
+never see state that a crash would lose. Locks are striped by key: changes to one key are
+serialised (concurrent first messages create one entry and one ``sessions`` row), changes
+to different keys are not, which leaves room for group commit in the database worker.
+
+Degraded mode (§5): if ``state.db`` cannot be opened, or a write still fails after the
+database's retries, the store logs one warning and switches to the
+:class:`~hermes_actors.store.degraded.DegradedBackend`: ``sessions.json`` becomes canonical
+and is written after every change, transcripts go to ``<session_id>.jsonl``. The failed
+write is re-applied there, so it is not lost. On the next start with a working database
+the degraded mirror wins over older rows and the JSONL transcripts are imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from hermes_actors.config import GatewayConfig
+from hermes_actors.errors import StoreError
+from hermes_actors.model.entry import SessionEntry, validate_session_id
+from hermes_actors.model.timeutil import epoch, isoformat, utc_now
+from hermes_actors.store.db import SessionDB, StoreUnavailableError
+from hermes_actors.store.degraded import DegradedBackend
+from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
+from hermes_actors.store.loader import merge_entries
+from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror
+from hermes_actors.store.ops import AppendMessage, CreateSession, DeleteRouting, PutRouting
+from hermes_actors.store.transcript import normalize_message
+
+__all__ = ["DEFAULT_MIRROR_INTERVAL", "StoreCore", "StoreStatistics"]
+
+log = logging.getLogger("hermes_actors.store")
+
+#: Seconds between coalesced ``sessions.json`` writes (SQLite mode).
+DEFAULT_MIRROR_INTERVAL = 5.0
+_STRIPES = 64
+
+
+class _SystemClock:
+    """Real time."""
+
+    def time(self) -> float:
+        """Epoch seconds."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """Monotonic seconds."""
+        return time.monotonic()
+
+
+class StoreStatistics(NamedTuple):
+    """A snapshot of the store, for ``stats()`` and metrics."""
+
+    #: Routing entries held.
+    sessions: int
+    #: Whether the store runs without SQLite.
+    degraded: bool
+    #: Whether ``sessions.json`` has changes not yet written.
+    mirror_dirty: bool
+    #: ``sessions.json`` writes so far.
+    mirror_writes: int
+
+
+class StoreCore:
+    """Backend choice, loading, commits, the mirror and degraded switching (see module doc).
+
+    ``sessions_dir`` holds ``sessions.json`` (and JSONL transcripts in degraded mode); with
+    ``db=None`` the store opens ``SessionDB(<sessions_dir>/../state.db)`` and closes it in
+    :meth:`close`; a given ``db`` is used but never closed. ``clock`` is any object with
+    ``time()`` and ``monotonic()``. ``mirror_interval`` is the coalescing period of the
+    mirror (``None``: no timer; written on :meth:`flush` and :meth:`close`).
+    """
+
+    def __init__(
+        self,
+        sessions_dir: str | os.PathLike[str],
+        config: GatewayConfig | None = None,
+        has_active_processes_fn: Callable[[str], bool] | None = None,
+        *,
+        db: SessionDB | None = None,
+        clock: Any = None,
+        mirror_interval: float | None = DEFAULT_MIRROR_INTERVAL,
+    ) -> None:
+        #: The sessions directory (``sessions.json``, degraded-mode transcripts).
+        self.sessions_dir = Path(sessions_dir)
+        #: The gateway configuration (key switches, WhatsApp aliases, mirror switch).
+        self.config = config or GatewayConfig()
+        self._has_active_processes = has_active_processes_fn
+        self._clock = clock or _SystemClock()
+        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._map_lock = threading.Lock()
+        self._switch_lock = threading.Lock()
+        self._entries: dict[str, SessionEntry] = {}
+        self._mirror_rows: dict[str, dict[str, Any]] = {}
+        self._degraded_since: str | None = None
+        self._stale_db: SessionDB | None = None
+        self._closed = False
+        self._loaded = False
+        self._transcripts = JsonlTranscripts(self.sessions_dir)
+        try:
+            self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.error(
+                "cannot create %s (%s); sessions will not survive a restart", self.sessions_dir, exc
+            )
+        self._owns_db = db is None
+        failure = None
+        if db is None:
+            try:
+                db = SessionDB(self.sessions_dir.parent / "state.db")
+            except (StoreError, OSError) as exc:
+                failure = exc
+        #: The canonical database, or ``None`` in degraded mode.
+        self.db: SessionDB | None = db
+        self._backend: Any = db if db is not None else DegradedBackend(self._transcripts)
+        self._mirror = MirrorWriter(
+            self.sessions_dir / MIRROR_NAME, self._mirror_document, interval=mirror_interval
+        )
+        if failure is not None:
+            self._announce_degraded(failure)
+        self._load()
+
+    # -- small helpers ----------------------------------------------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the store runs without SQLite (routing from ``sessions.json``)."""
+        return self.db is None
+
+    def _ts(self) -> float:
+        return float(self._clock.time())
+
+    def _now(self) -> datetime:
+        return utc_now(self._clock)
+
+    def _key_lock(self, key: str) -> threading.RLock:
+        return self._stripes[zlib.crc32(key.encode("utf-8")) % _STRIPES]
+
+    @contextlib.contextmanager
+    def _all_keys(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for lock in self._stripes:
+                stack.enter_context(lock)
+            yield
+
+    def _mirror_document(self) -> dict[str, Any]:
+        with self._map_lock:
+            rows = dict(self._mirror_rows)
+            since = self._degraded_since
+        return render_mirror(rows, since)
+
+    def _mirror_changed(self) -> None:
+        if self.degraded:
+            self._mirror.mark_dirty()
+            self._mirror.flush()
+        elif self.config.write_sessions_json:
+            self._mirror.mark_dirty()
+
+    def _announce_degraded(self, exc: BaseException) -> None:
+        self._degraded_since = isoformat(self._now())
+        log.warning(
+            "state.db cannot be used (%s): running in DEGRADED mode. Routing is kept in %s "
+            "(written on every change), transcripts in <session_id>%s files; the inbox and "
+            "delivery ledger are in memory only. Fix the database and restart to leave this "
+            "mode.",
+            exc, self.sessions_dir / MIRROR_NAME, SUFFIX,
+        )  # fmt: skip
+
+    def _switch_to_degraded(self, exc: BaseException, failed_backend: Any) -> None:
+        with self._switch_lock:
+            if self._backend is not failed_backend:
+                return
+            self._stale_db, self.db = self.db, None
+            self._backend = DegradedBackend(self._transcripts, previous=self._stale_db)
+            self._announce_degraded(exc)
+        self._mirror.mark_dirty()
+        if self._loaded:  # during loading the entries are not in memory yet: flushed after
+            self._mirror.flush()
+
+    def _apply(self, ops: list[Any]) -> list[Any]:
+        backend = self._backend
+        try:
+            return backend.apply(ops)
+        except StoreUnavailableError as exc:
+            self._switch_to_degraded(exc, backend)
+            return self._backend.apply(ops)
+
+    def _commit(
+        self, ops: list[Any], *, put: list[SessionEntry] = (), delete: list[str] = ()
+    ) -> list[Any]:
+        """Apply ``ops`` plus routing upserts/deletes as one transaction, then publish."""
+        rows = [(entry, entry.to_dict()) for entry in put]
+        all_ops = list(ops) + [
+            PutRouting(
+                e.session_key,
+                json.dumps(d, ensure_ascii=False),
+                epoch(e.updated_at) if e.updated_at else self._ts(),
+            )
+            for e, d in rows
+        ]
+        if delete:
+            all_ops.append(DeleteRouting(tuple(delete)))
+        results = self._apply(all_ops) if all_ops else []
+        with self._map_lock:
+            for entry, data in rows:
+                self._entries[entry.session_key] = entry
+                self._mirror_rows[entry.session_key] = data
+            for key in delete:
+                self._entries.pop(key, None)
+                self._mirror_rows.pop(key, None)
+        if rows or delete:
+            self._mirror_changed()
+        return results
+
+    def _create_op(self, entry: SessionEntry) -> CreateSession:
+        origin = entry.origin.to_dict() if entry.origin is not None else None
+        started = epoch(entry.created_at) if entry.created_at else self._ts()
+        return CreateSession(entry.session_id, entry.session_key, origin, started)
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self._ts())
+        rows: list[tuple[str, str]] = []
+        if self.db is not None:
+            try:
+                rows = self.db.load_routing()
+            except StoreUnavailableError as exc:
+                self._switch_to_degraded(exc, self._backend)
+        result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)
+        for key, reason in result.skipped:
+            log.warning("skipping session entry %r: %s", key, reason)
+        with self._map_lock:
+            self._entries = dict(result.entries)
+            self._mirror_rows = {k: e.to_dict() for k, e in result.entries.items()}
+        if self.db is not None and result.from_mirror:
+            restored = [result.entries[k] for k in result.from_mirror]
+            log.warning("restoring %d routing entries from %s", len(restored), MIRROR_NAME)
+            self._commit([self._create_op(e) for e in restored], put=restored)
+        if self.db is not None:
+            self._import_jsonl_transcripts()
+        self._loaded = True
+        if self.degraded or self.config.write_sessions_json:
+            self._mirror.mark_dirty()
+        if self.degraded:
+            self._mirror.flush()
+
+    def _import_jsonl_transcripts(self) -> None:
+        """Move transcripts written in degraded mode into the database (idempotent)."""
+        for session_id in self._transcripts.session_ids():
+            try:
+                validate_session_id(session_id)
+                have = {
+                    (m["role"], m["content"], m["timestamp"])
+                    for m in self.db.load_messages(session_id)
+                }
+                ops = []
+                for record in self._transcripts.records(session_id):
+                    msg = normalize_message(record, self._ts())
+                    if (msg["role"], msg["content"], msg["timestamp"]) not in have:
+                        ops.append(
+                            AppendMessage(
+                                session_id,
+                                msg,
+                                record.get("turn_token"),
+                                bool(record.get("is_reply")),
+                            )
+                        )
+                if ops:
+                    self.db.apply(ops)
+                path = self._transcripts.path(session_id)
+                os.replace(path, path.with_name(path.name + ".imported"))
+                log.warning("imported %d messages of %s from %s", len(ops), session_id, path)
+            except (StoreError, ValueError, OSError) as exc:
+                log.warning("cannot import transcript %s%s: %s", session_id, SUFFIX, exc)
+
+    def statistics(self) -> StoreStatistics:
+        """Counts and flags describing the store now."""
+        return StoreStatistics(
+            len(self._entries), self.degraded, self._mirror.dirty, self._mirror.writes
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Write ``sessions.json`` now if it has pending changes; ``True`` when up to date."""
+        return self._mirror.flush()
+
+    def close(self) -> None:
+        """Flush the mirror and close the database if this store opened it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._mirror.close(flush=self.degraded or self.config.write_sessions_json)
+        if self._owns_db:
+            for db in (self.db, self._stale_db):
+                if db is not None:
+                    with contextlib.suppress(StoreError):
+                        db.close()

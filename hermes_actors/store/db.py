@@ -1,0 +1,344 @@
+"""``SessionDB``: the canonical store, peewee over SQLite in WAL mode (§5).
+
+Everything runs on one :class:`~hermes_actors.store.executor.DbExecutor` worker that owns the
+connection. Writes arrive as lists of operations (:mod:`hermes_actors.store.ops`) and each
+list is one ``BEGIN IMMEDIATE`` transaction, so a crash leaves either all of a change or
+none of it.
+
+Write failures, in the order they are handled:
+
+1. FTS corruption (the derived index broke): rebuild the index once, then re-run the same
+   operations in order. Messages are never lost to a broken index.
+2. Other operational errors (lock timeouts beyond ``busy_timeout``, I/O errors, a full disk):
+   re-run up to :data:`WRITE_ATTEMPTS` times, then raise :class:`StoreUnavailableError`,
+   on which the store switches to degraded mode instead of dropping the write.
+3. Constraint violations are programming errors: :class:`StoreError` at once, no retry.
+
+Only this module and :mod:`~hermes_actors.store.fts` know they talk to SQLite; the methods
+are the ones a PostgreSQL implementation would provide (§16).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import peewee as pw
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store import fts
+from hermes_actors.store.executor import DbExecutor
+from hermes_actors.store.ops import Op
+from hermes_actors.store.schema import bind_models, migrate, repair_canonical_tables
+from hermes_actors.store.sqlite_ops import SqliteOps
+from hermes_actors.store.transcript import public_message
+
+__all__ = ["BUSY_TIMEOUT_MS", "WRITE_ATTEMPTS", "SessionDB", "StoreUnavailableError"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How long SQLite itself waits for a lock held by another connection.
+BUSY_TIMEOUT_MS = 5000
+#: Attempts of one write transaction before the database is declared unavailable.
+WRITE_ATTEMPTS = 3
+
+
+#: Error texts of failures in the environment, never caused by a broken full-text index.
+_ENVIRONMENTAL = ("readonly", "read-only", "locked", "busy", "disk i/o", "full", "unable to open")
+
+
+def _may_be_index_damage(exc: Exception) -> bool:
+    """Whether a write error could come from a corrupt FTS index (worth an FTS check)."""
+    text = str(exc).lower()
+    return not any(marker in text for marker in _ENVIRONMENTAL)
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be opened or written; the store falls back to degraded mode."""
+
+
+def _pragmas(read_only: bool) -> list[tuple[str, Any]]:
+    if read_only:
+        return [("busy_timeout", BUSY_TIMEOUT_MS), ("query_only", 1)]
+    return [
+        ("journal_mode", "wal"),
+        ("synchronous", "normal"),
+        ("foreign_keys", "on"),
+        ("busy_timeout", BUSY_TIMEOUT_MS),
+    ]
+
+
+def _read_only_uri(path: Path) -> str:
+    """A read-only URI; ``immutable`` when no WAL exists, so nothing is created beside it.
+
+    A read-only connection to a WAL database otherwise creates ``-wal``/``-shm`` files and
+    leaves them. Without a ``-wal`` file no writer is active (SQLite removes it on the last
+    clean close), so treating the file as immutable for one short check is safe.
+    """
+    quoted = urllib.parse.quote(str(path.resolve()))
+    wal = Path(str(path) + "-wal")
+    return f"file:{quoted}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+
+
+class SessionDB:
+    """The canonical session database at ``path`` (created with its schema when missing).
+
+    ``read_only=True`` opens an existing database without creating or changing anything
+    (``hermes-actors db check``); writes then raise :class:`StoreError`. Opening raises
+    :class:`StoreUnavailableError` when the file cannot be opened as a hermes database.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        #: Where the database lives.
+        self.path = Path(path)
+        #: Whether this handle was opened read-only.
+        self.read_only = read_only
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._executor = DbExecutor(name=f"hermes-db:{self.path.name}")
+        try:
+            self._executor.run(self._open)
+        except BaseException:
+            self._executor.close()
+            raise
+
+    # -- lifecycle (worker thread) ----------------------------------------------------------
+
+    def _open(self) -> None:
+        if self.read_only:
+            if not self.path.is_file():
+                raise StoreUnavailableError(f"no database file at {self.path}")
+            target, extra = _read_only_uri(self.path), {"uri": True}
+        else:
+            target, extra = str(self.path), {}
+        self._database = pw.SqliteDatabase(
+            target,
+            pragmas=_pragmas(self.read_only),
+            thread_safe=False,
+            autoconnect=False,
+            lock_type="IMMEDIATE",
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            **extra,
+        )
+        try:
+            self._database.connect()
+            if self.read_only:
+                version = self._database.execute_sql("PRAGMA user_version").fetchone()[0]
+                if version < 1:
+                    raise StoreUnavailableError(f"{self.path} is not a hermes_actors database")
+            else:
+                migrate(self._database)
+                repair_canonical_tables(self._database)
+        except pw.PeeweeException as exc:
+            self._database.close()
+            raise StoreUnavailableError(f"cannot open {self.path}: {exc}") from None
+        except StoreError:
+            self._database.close()
+            raise
+        self._models = bind_models(self._database)
+        self._ops = SqliteOps(self._database, self._models)
+
+    def close(self) -> None:
+        """Close the connection and stop the worker (idempotent)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._executor.run(self._database.close)
+        finally:
+            self._executor.close()
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreError(f"the session database {self.path} is closed")
+        return self._executor.run(fn, *args)
+
+    def set_trace_callback(self, callback: Callable[[str], None] | None) -> None:
+        """Call ``callback(sql)`` for every statement run (diagnostics, benchmarks, tests)."""
+        self._run(lambda: self._database.connection().set_trace_callback(callback))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(self, ops: list[Op]) -> list[Any]:
+        """Apply ``ops`` in order as one transaction; one result per op. See the module doc."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
+        return self._run(self._apply, list(ops))
+
+    def _apply(self, ops: list[Op]) -> list[Any]:
+        fts_repaired = False
+        failures = 0
+        while True:
+            try:
+                with self._database.atomic():
+                    results = [self._ops.apply(op) for op in ops]
+            except pw.DatabaseError as exc:
+                self._ops.committed(False)
+                if (
+                    not fts_repaired
+                    and _may_be_index_damage(exc)
+                    and fts.status(self._database) == "corrupt"
+                ):
+                    fts_repaired = True
+                    log.warning("full-text index is corrupt (%s); rebuilding it", exc)
+                    try:
+                        fts.rebuild(self._database)
+                    except pw.DatabaseError as rebuild_exc:
+                        raise StoreUnavailableError(
+                            f"cannot write {self.path}: {exc}; rebuilding the full-text "
+                            f"index failed too: {rebuild_exc}"
+                        ) from exc
+                    continue
+                if isinstance(exc, pw.IntegrityError):
+                    raise StoreError(f"write rejected by {self.path}: {exc}") from exc
+                failures += 1
+                if isinstance(exc, pw.OperationalError) and failures < WRITE_ATTEMPTS:
+                    log.warning("write to %s failed (%s); retrying", self.path, exc)
+                    continue
+                raise StoreUnavailableError(f"cannot write {self.path}: {exc}") from exc
+            except BaseException:
+                self._ops.committed(False)
+                raise
+            self._ops.committed(True)
+            return results
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _read(self, fn: Callable[[], T]) -> T:
+        def guarded() -> T:
+            try:
+                return fn()
+            except pw.PeeweeException as exc:
+                raise StoreUnavailableError(f"cannot read {self.path}: {exc}") from exc
+
+        return self._run(guarded)
+
+    def load_routing(self) -> list[tuple[str, str]]:
+        """Every routing row as ``(session_key, entry JSON text)``."""
+        r = self._models.Routing
+        return self._read(lambda: list(r.select(r.session_key, r.entry).tuples()))
+
+    def _messages(self, where: str, params: tuple, tail: str = "") -> list[dict[str, Any]]:
+        rows = self._database.execute_sql(
+            "SELECT role, content, tool_name, tool_calls, timestamp, token_count"
+            f" FROM messages WHERE {where} ORDER BY id{tail}",
+            params,
+        ).fetchall()
+        return [
+            public_message(role, content, name, json.loads(calls) if calls else None, ts, tok)
+            for role, content, name, calls, ts, tok in rows
+        ]
+
+    def load_messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 shape)."""
+        return self._read(lambda: self._messages("session_id = ?", (session_id,)))
+
+    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
+        """The last persisted final reply (``is_reply``) of turn ``token``, or ``None``."""
+        rows = self._read(
+            lambda: self._messages(
+                "session_id = ? AND turn_token = ? AND is_reply = 1",
+                (session_id, token),
+                " DESC LIMIT 1",
+            )
+        )
+        return rows[0] if rows else None
+
+    def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
+        """Unconsumed inbox events as ``(session_key, payload)``, in arrival (``seq``) order."""
+        i = self._models.Inbox
+        rows = self._read(
+            lambda: list(
+                i.select(i.session_key, i.payload)
+                .where(i.consumed_at.is_null())
+                .order_by(i.seq)
+                .tuples()
+            )
+        )
+        return [(key, json.loads(payload)) for key, payload in rows]
+
+    def ledger_rows(
+        self, states: tuple[str, ...] | None = None, session_key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Ledger rows as dicts of every column, oldest first, optionally filtered."""
+        d = self._models.Delivery
+
+        def query() -> list[dict[str, Any]]:
+            q = d.select()
+            if states is not None:
+                q = q.where(d.state.in_(list(states)))
+            if session_key is not None:
+                q = q.where(d.session_key == session_key)
+            return list(q.order_by(d.created_at, d.obligation_id).dicts())
+
+        return self._read(query)
+
+    def session_row(self, session_id: str) -> dict[str, Any] | None:
+        """The ``sessions`` row of ``session_id`` as a dict (``source`` decoded), or ``None``."""
+        s = self._models.Session
+        row = self._read(lambda: s.select().where(s.id == session_id).dicts().first())
+        if row is not None and row["source"]:
+            row["source"] = json.loads(row["source"])
+        return row
+
+    def counts(self) -> dict[str, int]:
+        """Row counts: ``sessions``, ``messages``, ``routing``, ``pending_deliveries``."""
+
+        def query() -> dict[str, int]:
+            one = self._database.execute_sql
+            return {
+                "sessions": one("SELECT count(*) FROM sessions").fetchone()[0],
+                "messages": one("SELECT count(*) FROM messages").fetchone()[0],
+                "routing": one("SELECT count(*) FROM routing").fetchone()[0],
+                "pending_deliveries": one(
+                    "SELECT count(*) FROM deliveries WHERE state IN ('pending', 'attempting',"
+                    " 'failed')"
+                ).fetchone()[0],
+            }
+
+        return self._read(query)
+
+    # -- full-text index and integrity ------------------------------------------------------
+
+    def search(self, query: str, limit: int = 20) -> list[dict[str, Any]]:
+        """Transcript messages matching ``query`` (FTS5 syntax), with ``id`` and ``session_id``,
+        best match first. A malformed query raises :class:`StoreError`."""
+        return self._run(fts.search, self._database, query, limit)
+
+    def check_fts(self) -> str:
+        """``"ok"``, ``"missing"`` or ``"corrupt"``, from FTS5's own integrity check."""
+        return self._run(lambda: fts.status(self._database, read_only=self.read_only))
+
+    def rebuild_fts(self) -> None:
+        """Drop and rebuild the full-text index from ``messages`` (no message is touched)."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
+        self._run(fts.rebuild, self._database)
+
+    def detach_fts(self) -> None:
+        """Drop the full-text index and its triggers; messages stay, search stops working."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
+        self._run(fts.detach, self._database)
+
+    def integrity_check(self) -> str:
+        """``"ok"``, or SQLite's first integrity complaint."""
+
+        def check() -> str:
+            try:
+                rows = self._database.execute_sql("PRAGMA integrity_check").fetchall()
+            except pw.DatabaseError as exc:
+                return str(exc)
+            messages = [row[0] for row in rows]
+            return "ok" if messages == ["ok"] else "; ".join(messages[:5])
+
+        return self._run(check)

@@ -1,0 +1,104 @@
+"""Transcripts as ``<sessions_dir>/<session_id>.jsonl`` files: the degraded-mode fallback (§5).
+
+One JSON object per line, appended and fsync'ed per write, so a crash loses at most a torn
+last line, which the reader skips. Besides the §17.13 message fields a line may carry
+``turn_token`` and ``is_reply`` (crash recovery looks up a turn's reply); readers strip them.
+Session ids are validated before they become file names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from hermes_actors.model.entry import validate_session_id
+from hermes_actors.store.transcript import public_message
+
+__all__ = ["JsonlTranscripts", "SUFFIX"]
+
+log = logging.getLogger(__name__)
+
+#: File suffix of a degraded-mode transcript.
+SUFFIX = ".jsonl"
+
+
+class JsonlTranscripts:
+    """Append-only transcript files in one directory (thread-safe)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        #: The directory holding ``<session_id>.jsonl`` files.
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+
+    def path(self, session_id: str) -> Path:
+        """The file of ``session_id`` (``ValueError`` for an id that could escape the dir)."""
+        return self.directory / f"{validate_session_id(session_id)}{SUFFIX}"
+
+    def append(self, session_id: str, records: list[dict[str, Any]]) -> None:
+        """Append ``records`` durably (one line each); ``OSError`` when the disk refuses."""
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        path = self.path(session_id)
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        """Every readable line of ``session_id``'s file, as stored (torn lines skipped)."""
+        path = self.path(session_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for number, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                log.warning("skipping unreadable line %d of %s", number, path)
+                continue
+            if isinstance(record, dict) and "role" in record and "content" in record:
+                out.append(record)
+        return out
+
+    def load(self, session_id: str) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 shape)."""
+        return [_public(r) for r in self.records(session_id)]
+
+    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
+        """The last final reply recorded for turn ``token``, or ``None``."""
+        for record in reversed(self.records(session_id)):
+            if record.get("turn_token") == token and record.get("is_reply"):
+                return _public(record)
+        return None
+
+    def session_ids(self) -> list[str]:
+        """Ids of every transcript file present, sorted."""
+        try:
+            names = sorted(p.name for p in self.directory.glob(f"*{SUFFIX}") if p.is_file())
+        except OSError:
+            return []
+        return [name[: -len(SUFFIX)] for name in names]
+
+    def count_messages(self) -> int:
+        """Messages across all transcript files (``hermes-actors db check`` in degraded mode)."""
+        return sum(len(self.records(sid)) for sid in self.session_ids())
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    return public_message(
+        record["role"],
+        record["content"],
+        record.get("tool_name"),
+        record.get("tool_calls"),
+        record.get("timestamp") or 0.0,
+        record.get("token_count"),
+    )

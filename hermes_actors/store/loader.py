@@ -1,0 +1,81 @@
+"""Which routing entries a store starts with: database rows first, then the mirror (§5).
+
+Pure: takes the rows and the mirror's parsed content, returns the entries plus what to do
+about the rest, so the store (and the read-only CLI) apply one rule:
+
+* every database row that parses is an entry;
+* a mirror entry the database lacks is added, and listed in ``from_mirror`` so the store
+  writes it back (this is how a lost ``routing`` table is rebuilt);
+* when the mirror was written in degraded mode it is newer than the database, so its
+  entries win (``mirror_wins``);
+* anything malformed or unsafe (path traversal in ids) is skipped and reported in
+  ``skipped`` with the reason; the rest still loads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from hermes_actors.model.entry import SessionEntry, validate_session_key
+
+__all__ = ["LoadResult", "merge_entries", "parse_entry"]
+
+
+class LoadResult(NamedTuple):
+    """The outcome of :func:`merge_entries`."""
+
+    #: ``session_key -> SessionEntry`` to serve.
+    entries: dict[str, SessionEntry]
+    #: Keys whose entry came from the mirror (to be written back to the database).
+    from_mirror: list[str]
+    #: ``(key, reason)`` for every entry that was skipped.
+    skipped: list[tuple[str, str]]
+
+
+def parse_entry(key: str, data: Any) -> SessionEntry:
+    """An entry from stored data under ``key``; ``ValueError`` when unusable or unsafe."""
+    validate_session_key(key)
+    if isinstance(data, str):
+        data = json.loads(data)
+    if not isinstance(data, dict):
+        raise ValueError("entry is not a JSON object")
+    data = dict(data)
+    stored_key = data.setdefault("session_key", key)
+    if stored_key != key:
+        raise ValueError(f"entry names another session key {stored_key!r}")
+    try:
+        return SessionEntry.from_dict(data)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def merge_entries(
+    db_rows: Iterable[tuple[str, Any]],
+    mirror: Mapping[str, Any],
+    *,
+    mirror_wins: bool = False,
+) -> LoadResult:
+    """Merge database rows and mirror entries by the rules in the module docstring."""
+    entries: dict[str, SessionEntry] = {}
+    skipped: list[tuple[str, str]] = []
+    for key, data in db_rows:
+        try:
+            entries[key] = parse_entry(key, data)
+        except ValueError as exc:
+            skipped.append((key, f"database row: {exc}"))
+    from_mirror: list[str] = []
+    for key, data in mirror.items():
+        if str(key).startswith("_") or (key in entries and not mirror_wins):
+            continue
+        try:
+            entry = parse_entry(key, data)
+        except ValueError as exc:
+            skipped.append((key, f"sessions.json: {exc}"))
+            continue
+        if key in entries and entries[key] == entry:
+            continue
+        entries[key] = entry
+        from_mirror.append(key)
+    return LoadResult(entries, from_mirror, skipped)

@@ -1,0 +1,194 @@
+"""``sessions.json``: the human-readable mirror of the routing table (§5, §17.14).
+
+With SQLite the mirror is a convenience, so writes are *coalesced*: a change only marks it
+dirty and a background timer (or ``flush()``/``close()``) writes the whole file at most once
+per interval. Rewriting it on every change would make the cost of one change grow with the
+number of sessions, which is what the reference gateway did. In degraded mode the mirror is
+the routing store, and the store flushes it after every change.
+
+The file is one JSON object: ``"_README"`` first, then ``session_key -> entry``. A
+``"_degraded_since"`` key marks a mirror written while ``state.db`` was unusable; the next
+start with a working database treats it as newer than the database. Keys starting with
+``_`` are never entries. A file that is not a JSON object is copied aside
+(``sessions.json.corrupt-<UTC time>``) and treated as empty: the gateway must start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from hermes_actors.store.atomic import atomic_write_json
+
+__all__ = [
+    "DEGRADED_KEY",
+    "MIRROR_NAME",
+    "README",
+    "MirrorContents",
+    "MirrorWriter",
+    "read_mirror",
+    "render_mirror",
+]
+
+log = logging.getLogger(__name__)
+
+#: File name of the mirror inside the sessions directory.
+MIRROR_NAME = "sessions.json"
+#: The first key's value: what this file is.
+README = (
+    "This file is a readable mirror of the routing table in state.db (session_key -> "
+    "SessionEntry). state.db is canonical and this file is rewritten from it; only in "
+    "degraded mode (no usable state.db) is this file the routing store."
+)
+#: Present while the mirror is canonical (degraded mode): ISO time the mode began.
+DEGRADED_KEY = "_degraded_since"
+
+
+class MirrorContents(NamedTuple):
+    """What :func:`read_mirror` found."""
+
+    #: ``session_key -> raw entry data``; reserved ``_`` keys already removed.
+    entries: dict[str, Any]
+    #: The ``_degraded_since`` marker, if the mirror was written in degraded mode.
+    degraded_since: str | None
+    #: Whether the file existed but was not a JSON object (a copy was kept aside).
+    corrupt: bool
+
+
+def _keep_aside(path: Path, now: float) -> Path | None:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    try:
+        shutil.copyfile(path, aside)
+    except OSError:
+        return None
+    return aside
+
+
+def read_mirror(path: Path, *, now: float, keep_corrupt_copy: bool = True) -> MirrorContents:
+    """Read the mirror tolerantly: missing → empty; corrupt → warning, copy aside, empty.
+
+    ``keep_corrupt_copy=False`` (read-only callers such as the CLI) creates no file.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return MirrorContents({}, None, False)
+    except OSError as exc:
+        log.warning("cannot read %s (%s); starting without it", path, exc)
+        return MirrorContents({}, None, False)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        aside = _keep_aside(path, now) if keep_corrupt_copy else None
+        kept = f" (a copy was kept at {aside})" if aside else ""
+        log.warning("%s is not a JSON object; treating it as empty%s", path, kept)
+        return MirrorContents({}, None, True)
+    since = data.get(DEGRADED_KEY)
+    entries = {k: v for k, v in data.items() if not str(k).startswith("_")}
+    return MirrorContents(entries, since if isinstance(since, str) else None, False)
+
+
+def render_mirror(rows: dict[str, Any], degraded_since: str | None = None) -> dict[str, Any]:
+    """The mirror document: ``_README`` first, the degraded marker if any, then entries."""
+    doc: dict[str, Any] = {"_README": README}
+    if degraded_since is not None:
+        doc[DEGRADED_KEY] = degraded_since
+    doc.update(rows)
+    return doc
+
+
+class MirrorWriter:
+    """Writes the mirror when dirty: on ``flush()``, on ``close()``, and every ``interval``
+    seconds from a daemon timer (``interval=None``: no timer, flush explicitly).
+
+    ``document()`` is called at write time to build the JSON object, so a burst of changes
+    costs one write. A failed write (e.g. ``ENOSPC``) leaves the old file intact, is logged,
+    and is retried at the next flush.
+    """
+
+    def __init__(
+        self, path: Path, document: Callable[[], dict[str, Any]], *, interval: float | None
+    ) -> None:
+        #: Where the mirror is written.
+        self.path = path
+        #: Successful writes so far.
+        self.writes = 0
+        self._document = document
+        self._dirty = False
+        self._writing = False
+        self._failing = False
+        self._flush_lock = threading.Lock()
+        self._written = threading.Condition()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        if interval is not None:
+            self._timer = threading.Thread(
+                target=self._run, args=(float(interval),), name="hermes-mirror", daemon=True
+            )
+            self._timer.start()
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a change has not been written yet."""
+        return self._dirty
+
+    def mark_dirty(self) -> None:
+        """Note a change; the next flush writes it."""
+        self._dirty = True
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write the mirror now if dirty; ``True`` when the file is up to date afterwards."""
+        with self._flush_lock:
+            if not self._dirty:
+                return True
+            self._writing = True
+            self._dirty = False
+            try:
+                atomic_write_json(self.path, self._document())
+            except (OSError, TypeError, ValueError) as exc:
+                self._dirty = True
+                if not self._failing:
+                    log.warning("cannot write %s (%s); will retry", self.path, exc)
+                self._failing = True
+                return False
+            finally:
+                self._writing = False
+            if self._failing:
+                log.warning("%s is written again", self.path)
+            self._failing = False
+            with self._written:
+                self.writes += 1
+                self._written.notify_all()
+            return True
+
+    def wait_clean(self, timeout: float | None = None) -> bool:
+        """Block until every change so far is written (by the timer or a flush); ``False`` on
+        timeout. A flush clears the dirty flag before it snapshots, so once the flag is
+        clear and the write is done, the file holds every earlier change."""
+        with self._written:
+            return self._written.wait_for(lambda: not self._dirty and not self._writing, timeout)
+
+    def close(self, *, flush: bool = True) -> None:
+        """Stop the timer and write pending changes (unless ``flush=False``)."""
+        self._stop.set()
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.join()
+        if flush:
+            self.flush()

@@ -1,0 +1,204 @@
+"""The store methods the actor runtime calls around a turn: inbox, turn start, reply, ledger.
+
+Each method is one backend transaction, and each works in degraded mode too (the inbox and
+ledger are then in memory, see :mod:`~hermes_actors.store.degraded`). Recording a reply and
+clearing the turn marker are deliberately separate calls: the crash points of §15 sit
+between them, and recovery is built to handle every gap.
+
+This is a mixin of :class:`~hermes_actors.store.store.SessionStore`; it relies on the store's
+``_apply``, ``_commit``, ``_key_lock``, ``_backend``, ``_entries`` and clock helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from hermes_actors.errors import StoreError
+from hermes_actors.model.entry import validate_session_id, validate_session_key
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.timeutil import epoch
+from hermes_actors.store import ledger
+from hermes_actors.store.ops import (
+    AcceptEvent,
+    AppendMessage,
+    ConsumeEvents,
+    LedgerClaim,
+    LedgerFinish,
+    LedgerPrune,
+    LedgerRecord,
+    PruneInbox,
+)
+from hermes_actors.store.transcript import normalize_message
+
+__all__ = ["RuntimeStoreMethods"]
+
+log = logging.getLogger(__name__)
+
+_DAY = 86400.0
+
+
+def _payload(event: MessageEvent) -> str:
+    try:
+        return json.dumps(event.to_dict(), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"event {event.event_id} cannot be stored: {exc}") from None
+
+
+class RuntimeStoreMethods:
+    """Durable inbox, turn start, turn reply lookup and the delivery ledger (§7, §8)."""
+
+    # -- durable inbox ----------------------------------------------------------------------
+
+    def accept_event(self, session_key: str, event: MessageEvent) -> None:
+        """Persist an accepted inbound event before it is acknowledged (idempotent by id)."""
+        validate_session_key(session_key)
+        self._apply(
+            [
+                AcceptEvent(
+                    event_id=event.event_id,
+                    session_key=session_key,
+                    payload=_payload(event),
+                    internal=event.internal,
+                    received_at=epoch(event.received_at),
+                )
+            ]
+        )
+
+    def consume_events(self, event_ids: Iterable[str], reason: str) -> None:
+        """Mark inbox events consumed (``turn``, ``command``, ``dropped``...); the first
+        reason sticks."""
+        ids = tuple(event_ids)
+        if ids:
+            self._apply([ConsumeEvents(ids, str(reason), self._ts())])
+
+    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
+        """Unconsumed events as ``(session_key, event)`` in their original arrival order.
+
+        An event that no longer parses (e.g. its plugin platform is gone) is skipped with a
+        warning and stays in the inbox.
+        """
+        out = []
+        for key, payload in self._backend.pending_inbox():
+            try:
+                out.append((key, MessageEvent.from_dict(payload)))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("inbox event for %s cannot be replayed: %s", key, exc)
+        return out
+
+    def inbox_prune(self, max_age_days: float = 7) -> int:
+        """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""
+        return self._apply([PruneInbox(self._ts() - max_age_days * _DAY)])[0] or 0
+
+    # -- turns ------------------------------------------------------------------------------
+
+    def begin_turn(
+        self,
+        session_key: str,
+        session_id: str,
+        *,
+        user_message: dict[str, Any] | None = None,
+        event_ids: Iterable[str] = (),
+        internal: bool = False,
+    ) -> str:
+        """Start a turn in ONE transaction: set the durable turn marker (new token), append
+        ``user_message`` tagged with the token, consume ``event_ids`` (reason ``turn``).
+
+        Returns the token. Raises :class:`StoreError` for an unknown key and ``ValueError``
+        for a malformed message (nothing is written then).
+        """
+        validate_session_id(session_id)
+        ids = tuple(event_ids)
+        msg = None if user_message is None else normalize_message(user_message, self._ts())
+        with self._key_lock(session_key):
+            entry = self._entries.get(session_key)
+            if entry is None:
+                raise StoreError(f"no session with key {session_key!r}")
+            token = uuid.uuid4().hex
+            marked = replace(
+                entry,
+                active_turn_token=token,
+                active_turn_started_at=self._now(),
+                active_turn_internal=bool(internal),
+            )
+            ops: list[Any] = []
+            if msg is not None:
+                ops.append(AppendMessage(session_id, msg, turn_token=token))
+            if ids:
+                ops.append(ConsumeEvents(ids, "turn", self._ts()))
+            self._commit(ops, put=[marked])
+        return token
+
+    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
+        """The persisted final reply (``is_reply``) of turn ``token``, for crash recovery."""
+        return self._backend.turn_reply(validate_session_id(session_id), token)
+
+    # -- delivery ledger --------------------------------------------------------------------
+
+    def ledger_record(
+        self,
+        *,
+        session_key: str,
+        platform: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        content: str,
+        kind: str,
+        token: str | None,
+    ) -> str:
+        """Record an obligation as ``pending``; returns its id (same inputs → same id, one row)."""
+        if kind not in ledger.KINDS:
+            raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
+        if not isinstance(content, str):
+            raise ValueError("ledger content must be a string")
+        oid = ledger.obligation_id(session_key, token, content)
+        self._apply(
+            [
+                LedgerRecord(
+                    obligation_id=oid,
+                    session_key=session_key,
+                    platform=str(platform),
+                    chat_id=None if chat_id is None else str(chat_id),
+                    thread_id=None if thread_id is None else str(thread_id),
+                    content=content,
+                    kind=kind,
+                    at=self._ts(),
+                )
+            ]
+        )
+        return oid
+
+    def ledger_claim(self, obligation_id: str, *, owner_pid: int, owner_started_at: float) -> bool:
+        """Move a ``pending``/``failed`` row (or one whose owner died) to ``attempting`` for
+        this owner; ``False`` for final rows, unknown ids and rows a live process owns."""
+        return bool(
+            self._apply(
+                [LedgerClaim(obligation_id, int(owner_pid), float(owner_started_at), self._ts())]
+            )[0]
+        )
+
+    def ledger_finish(
+        self, obligation_id: str, state: str, *, error: str | None = None
+    ) -> str | None:
+        """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts or
+        24 h); returns the stored state, or ``None`` for an unknown id."""
+        if state not in ("delivered", "failed"):
+            raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
+        return self._apply([LedgerFinish(obligation_id, state, error, self._ts())])[0]
+
+    def ledger_rows(
+        self, states: Iterable[str] | str | None = None, *, session_key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Ledger rows (every §7 column) oldest first, filtered by state(s) and key."""
+        if isinstance(states, str):
+            states = (states,)
+        wanted = None if states is None else tuple(states)
+        return self._backend.ledger_rows(wanted, session_key)
+
+    def ledger_prune(self, max_age_days: float = 7) -> int:
+        """Delete ``delivered``/``abandoned`` rows untouched for ``max_age_days``; the count."""
+        return self._apply([LedgerPrune(self._ts() - max_age_days * _DAY)])[0] or 0

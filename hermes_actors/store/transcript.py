@@ -1,0 +1,91 @@
+"""The transcript message shape (§17.13), checked once at the store's door.
+
+A message is a dict: ``role`` (``user``, ``assistant``, ``tool``, ``system``), ``content``
+(str), optional ``tool_name`` and ``tool_calls``, and ``timestamp`` (epoch float, filled in
+from the store's clock when missing). Anything else a caller passes is dropped rather than
+stored, so every backend persists and returns the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from hermes_actors.model.timeutil import parse_timestamp
+
+__all__ = ["ROLES", "normalize_message", "public_message"]
+
+#: The roles a transcript message may have.
+ROLES = ("user", "assistant", "tool", "system")
+
+
+def _timestamp(value: Any, now: float) -> float:
+    if value is None:
+        return float(now)
+    if isinstance(value, bool):
+        raise ValueError("message timestamp must be epoch seconds, not a boolean")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (str, datetime)):
+        parsed = parse_timestamp(value)
+        if parsed is not None:
+            return parsed.timestamp()
+    raise ValueError(f"message timestamp must be epoch seconds, got {value!r}")
+
+
+def normalize_message(message: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """Validate ``message`` and return it in the stored shape.
+
+    Raises ``ValueError`` for a role outside :data:`ROLES`, non-string content, a non-string
+    tool name, tool calls that are not JSON-serialisable, or a malformed timestamp.
+    """
+    if not isinstance(message, Mapping):
+        raise ValueError(f"a transcript message must be a dict, got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValueError(f"message role must be one of {', '.join(ROLES)}; got {role!r}")
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise ValueError(f"message content must be a string, got {type(content).__name__}")
+    out: dict[str, Any] = {"role": role, "content": content}
+    tool_name = message.get("tool_name")
+    if tool_name is not None:
+        if not isinstance(tool_name, str):
+            raise ValueError("message tool_name must be a string")
+        out["tool_name"] = tool_name
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        try:
+            json.dumps(tool_calls)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"message tool_calls must be JSON-serialisable: {exc}") from None
+        out["tool_calls"] = tool_calls
+    token_count = message.get("token_count")
+    if token_count is not None:
+        if isinstance(token_count, bool) or not isinstance(token_count, int):
+            raise ValueError("message token_count must be an integer")
+        out["token_count"] = token_count
+    out["timestamp"] = _timestamp(message.get("timestamp"), now)
+    return out
+
+
+def public_message(
+    role: str,
+    content: str,
+    tool_name: str | None,
+    tool_calls: Any,
+    timestamp: float,
+    token_count: int | None = None,
+) -> dict[str, Any]:
+    """A stored message rebuilt in the §17.13 shape (optional keys only when set)."""
+    out: dict[str, Any] = {"role": role, "content": content}
+    if tool_name is not None:
+        out["tool_name"] = tool_name
+    if tool_calls is not None:
+        out["tool_calls"] = tool_calls
+    out["timestamp"] = float(timestamp)
+    if token_count is not None:
+        out["token_count"] = token_count
+    return out

@@ -1,0 +1,201 @@
+"""§7 recovery with real processes: killed with SIGKILL (or at a crash point), then restarted."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.recovery_rules import resume_note
+
+from .conftest import outbox
+
+pytestmark = pytest.mark.slow
+KEY = "agent:main:telegram:dm:42"
+
+
+def routing(home):
+    """The canonical routing entry, read from state.db (the mirror is coalesced)."""
+    with sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True) as conn:
+        (entry,) = conn.execute("SELECT entry FROM routing WHERE session_key = ?",
+                                (KEY,)).fetchone()
+    return json.loads(entry)
+
+
+class TestKillMidTurn:
+    """A turn killed mid-way is auto-continued once, with the restart note."""
+
+    def test_auto_continued_once(self, spawn):
+        first = spawn()
+        first.send("sleep 60")
+        first.expect("TURN")
+        first.kill()
+        second = spawn()
+        assert second.report["clean_shutdown"] is False
+        assert second.report["resumed"] == [KEY]
+        turn = json.loads(second.expect("TURN")[5:])
+        assert turn == resume_note("restart_interrupted")
+        second.idle()
+        assert second.sent() == [f"echo: {turn}"]
+        second.stop()
+        third = spawn()
+        assert third.report["resumed"] == []
+        third.idle()
+        assert third.turns() == []
+
+
+class TestCrashPoints:
+    """Replies persisted or sent before the crash are delivered once, never re-run."""
+
+    def test_after_reply_persisted(self, spawn):
+        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_reply_persisted"})
+        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
+        first.proc.stdin.flush()
+        assert first.wait_exit() == 137
+        home = first.home
+        assert outbox(home) == []
+        second = spawn()
+        assert second.report["recovered_replies"] == 1
+        assert second.report["redelivered"] == 1
+        second.idle()
+        assert second.turns() == []
+        assert outbox(home) == [RECOVERED_PREFIX + "echo: hello"]
+
+    def test_after_send_before_delivered(self, spawn):
+        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_send_before_delivered"})
+        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
+        first.proc.stdin.flush()
+        assert first.wait_exit() == 137
+        second = spawn()
+        second.idle()
+        assert second.turns() == []
+        assert outbox(first.home) == ["echo: hello", RECOVERED_PREFIX + "echo: hello"]
+
+    def test_after_ledger_recorded(self, spawn):
+        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_ledger_recorded"})
+        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
+        first.proc.stdin.flush()
+        assert first.wait_exit() == 137
+        second = spawn()
+        second.idle()
+        assert second.turns() == []
+        assert outbox(first.home) == ["echo: hello"]
+
+    def test_after_user_persisted_resumes(self, spawn):
+        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_user_persisted"})
+        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
+        first.proc.stdin.flush()
+        assert first.wait_exit() == 137
+        second = spawn()
+        assert second.report["resumed"] == [KEY]
+        second.idle()
+        assert second.turns() == [resume_note("restart_interrupted")]
+
+
+class TestStuckLoop:
+    """Three consecutive restarts mid-turn suspend the session; the next message rotates."""
+
+    def test_suspended_after_three(self, spawn):
+        config = {"agent": {"auto_continue_freshness": 0}}
+        for _ in range(3):
+            child = spawn(config)
+            assert child.report["suspended"] == []
+            child.send("sleep 60")
+            child.expect("TURN")
+            child.kill()
+        old = routing(child.home)["session_id"]
+        last = spawn(config)
+        assert last.report["suspended"] == [KEY]
+        last.send("hi")
+        last.idle()
+        last.stop()
+        entry = routing(child.home)
+        assert entry["session_id"] != old
+        assert entry["was_auto_reset"] is True and entry["prev_session_id"] == old
+        counts = json.loads((child.home / "restart_counts.json").read_text())
+        assert KEY not in counts
+
+    def test_successful_turn_resets_counter(self, spawn):
+        config = {"agent": {"auto_continue_freshness": 0}}
+        child = spawn(config)
+        child.send("sleep 60")
+        child.expect("TURN")
+        child.kill()
+        child = spawn(config)
+        counts = json.loads((child.home / "restart_counts.json").read_text())
+        assert counts == {KEY: 1}
+        child.send("hi")
+        child.idle()
+        counts = json.loads((child.home / "restart_counts.json").read_text())
+        assert counts == {}
+        child.stop()
+
+
+class TestGracefulStop:
+    """SIGTERM writes the marker and resumes nothing; a drain timeout marks for resume."""
+
+    def test_clean_sigterm(self, spawn):
+        child = spawn()
+        child.send("hello")
+        child.idle()
+        assert child.terminate() == 0
+        assert (child.home / ".clean_shutdown").exists()
+        again = spawn()
+        assert again.report["clean_shutdown"] is True
+        assert again.report["resumed"] == []
+        assert not (child.home / ".clean_shutdown").exists()
+        again.idle()
+        assert again.turns() == []
+
+    def test_drain_timeout_resumes_with_shutdown_note(self, spawn):
+        child = spawn()
+        child.send("sleep 60")
+        child.expect("TURN")
+        assert child.stop(drain=0.2) == 0
+        assert (child.home / ".clean_shutdown").exists()
+        assert routing(child.home)["resume_reason"] == "shutdown_timeout"
+        again = spawn()
+        assert again.report["resumed"] == [KEY]
+        again.idle()
+        assert again.turns() == [resume_note("shutdown_timeout")]
+
+
+class TestQueuedMessagesSurvive:
+    """Messages queued behind a killed turn are replayed in order, each answered once."""
+
+    def test_replayed_in_order(self, spawn):
+        config = {"busy_input_mode": "queue"}
+        first = spawn(config)
+        first.send("sleep 60")
+        first.expect("TURN")
+        first.send("/queue a")
+        first.send("/queue b")
+        first.send("c")
+        first.kill()
+        second = spawn(config)
+        assert second.report["replayed_inbox"] == 3
+        assert second.report["resumed"] == [KEY]
+        second.idle()
+        note = resume_note("restart_interrupted")
+        assert second.turns() == [f"{note}\n\na", "b", "c"]
+        second.stop()
+        third = spawn(config)
+        assert third.report["replayed_inbox"] == 0
+        third.idle()
+        assert third.turns() == []
+        replies = [t for t in outbox(first.home) if t.startswith("echo:")]
+        assert replies == [f"echo: {note}\n\na", "echo: b", "echo: c"]
+
+
+class TestTimeZones:
+    """A marker written under one host time zone is judged by epoch seconds under another."""
+
+    def test_tz_change_between_runs(self, spawn):
+        first = spawn(env={"TZ": "Asia/Tokyo"})
+        first.send("sleep 60")
+        first.expect("TURN")
+        first.kill()
+        second = spawn(env={"TZ": "America/New_York"})
+        assert second.report["resumed"] == [KEY]

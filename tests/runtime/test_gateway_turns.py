@@ -1,0 +1,101 @@
+"""Turns through the Gateway: replies, failures, silence, shared sessions, statistics."""
+
+from __future__ import annotations
+
+from hermes_actors.model.silence import SILENCE_NOTICE
+from hermes_actors.runtime.turn import FAILED_NOTICE
+
+
+class TestEcho:
+    """A plain message gets one reply through the adapter, and both rows are persisted."""
+
+    def test_reply_and_transcript(self, make_harness):
+        h = make_harness()
+        h.send("hello")
+        h.idle()
+        assert h.texts() == ["echo: hello"]
+        entry = h.gw.store.get(h.key())
+        rows = h.gw.store.load_transcript(entry.session_id)
+        assert [(r["role"], r["content"]) for r in rows] == [
+            ("user", "hello"), ("assistant", "echo: hello")]
+        assert entry.active_turn_token is None
+        assert h.gw.queue_depth(h.key()) == 0
+
+    def test_ledger_row_delivered(self, make_harness):
+        h = make_harness()
+        h.send("hello")
+        h.idle()
+        rows = h.gw.store.ledger_rows()
+        assert [(r["kind"], r["state"], r["content"]) for r in rows] == [
+            ("reply", "delivered", "echo: hello")]
+
+    def test_history_grows_across_turns(self, make_harness):
+        h = make_harness()
+        for text in ("one", "two", "three"):
+            h.send(text)
+            h.idle()
+        assert [s.history_len for s in h.log] == [0, 2, 4]
+
+
+class TestFailure:
+    """A raising agent answers a notice, keeps the session usable and resume_pending set."""
+
+    def test_notice_session_usable_resume_kept(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        assert h.gw.store.mark_resume_pending(h.key(), "restart_interrupted")
+        h.send("fail")
+        h.idle()
+        assert h.texts()[-1] == FAILED_NOTICE.format("ScriptedFailure")
+        assert h.gw.store.get(h.key()).resume_pending is True
+        h.send("again")
+        h.idle()
+        assert h.texts()[-1].startswith("echo:")
+        assert h.gw.store.get(h.key()).resume_pending is False
+
+
+class TestSilence:
+    """A silence marker is kept in the transcript; a human turn gets the notice instead."""
+
+    def test_human_turn_gets_notice(self, make_harness):
+        h = make_harness()
+        h.send("silent")
+        h.idle()
+        assert h.texts() == [SILENCE_NOTICE]
+        entry = h.gw.store.get(h.key())
+        rows = h.gw.store.load_transcript(entry.session_id)
+        assert rows[-1]["content"] == "NO_REPLY"
+
+    def test_internal_turn_sends_nothing(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        h.wake("silent")
+        h.idle()
+        assert h.texts() == ["echo: hi"]
+
+
+class TestSharedSessions:
+    """In a shared group session each message is prefixed with its sender's name."""
+
+    def test_sender_prefix(self, make_harness):
+        h = make_harness(group_sessions_per_user=False)
+        h.send("hello", chat_type="group", user_name="Alice")
+        h.idle()
+        assert h.seen() == ["[Alice] hello"]
+
+
+class TestStatus:
+    """/status reports the session id, depth and turn state without running a turn."""
+
+    def test_status_text(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        h.send("/status")
+        h.idle()
+        entry = h.gw.store.get(h.key())
+        assert f"Session: {entry.session_id}" in h.texts()[-1]
+        assert "Queue depth: 0" in h.texts()[-1]
+        assert len(h.log) == 1

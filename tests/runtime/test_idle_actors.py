@@ -1,0 +1,40 @@
+"""Live session actors are bounded: idle ones retire, the store keeps every session."""
+
+from __future__ import annotations
+
+from hermes_actors import MessageEvent, SessionSource
+
+
+class TestIdleRetirement:
+    """Actors idle past session_actor_idle_secs stop and come back on the next message."""
+
+    def test_many_sessions_retire_and_return(self, make_harness):
+        h = make_harness(session_actor_idle_secs=300)
+        n = 2000
+        for i in range(n):
+            h.gw.submit(MessageEvent(source=SessionSource("telegram", chat_id=str(i)),
+                                     text=f"m{i}"))
+        h.idle()
+        assert len(h.texts()) == n
+        assert h.gw.stats()["live_sessions"] == n
+        h.gw.housekeeping_tick()
+        assert h.gw.stats()["live_sessions"] == n  # not idle long enough yet
+        h.clock.advance(301)
+        h.gw.housekeeping_tick()
+        assert h.gw.stats()["live_sessions"] == 0
+        assert len(h.gw.store.list_sessions()) == n
+        h.send("back", chat_id="5")
+        h.idle()
+        assert h.texts()[-1] == "echo: back"
+        assert h.gw.stats()["live_sessions"] == 1
+
+    def test_busy_actor_is_not_retired(self, make_harness):
+        h = make_harness(session_actor_idle_secs=1)
+        h.send("hold g")
+        assert h.gates.wait_until_waiting("g")
+        h.clock.advance(10)
+        h.gw.housekeeping_tick()
+        assert h.gw.stats()["live_sessions"] == 1
+        h.gates.open("g")
+        h.idle()
+        assert h.texts() == ["held g"]

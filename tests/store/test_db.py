@@ -1,0 +1,189 @@
+"""SessionDB: schema, pragmas, search, and a full-text index that never costs a message."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store import SessionDB, StoreUnavailableError
+from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+from hermes_actors.store.schema import MODELS, SCHEMA_VERSION
+
+
+def _msg(content: str, ts: float = 1.0, role: str = "user") -> dict:
+    return {"role": role, "content": content, "timestamp": ts}
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = SessionDB(tmp_path / "state.db")
+    database.apply([CreateSession("s1", "k1", None, 0.0), CreateSession("s2", "k2", None, 0.0)])
+    yield database
+    database.close()
+
+
+def _sql(db: SessionDB, sql: str) -> list:
+    return db._executor.run(lambda: db._database.execute_sql(sql).fetchall())
+
+
+def _corrupt_fts(db: SessionDB, how: str) -> None:
+    statements = {
+        "deleted": "DELETE FROM messages_fts_data",
+        "zeroed": "UPDATE messages_fts_data SET block = x'00'",
+        "shadow dropped": "DROP TABLE messages_fts_data",
+    }
+    _sql(db, statements[how])
+
+
+class TestSchema:
+    """The database is created with WAL, the pragmas, a version and the §17.14 columns."""
+
+    def test_pragmas_and_version(self, db):
+        assert _sql(db, "PRAGMA journal_mode") == [("wal",)]
+        assert _sql(db, "PRAGMA synchronous") == [(1,)]  # NORMAL
+        assert _sql(db, "PRAGMA foreign_keys") == [(1,)]
+        assert _sql(db, "PRAGMA busy_timeout") == [(5000,)]
+        assert _sql(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+
+    def test_models_match_the_migrated_tables(self, db):
+        for model in MODELS:
+            table = model._meta.table_name
+            columns = [row[1] for row in _sql(db, f"PRAGMA table_info({table})")]
+            assert columns == [f.column_name for f in model._meta.sorted_fields], table
+        routing = [row[1] for row in _sql(db, "PRAGMA table_info(routing)")]
+        assert routing == ["session_key", "entry", "updated_at"]
+
+    def test_newer_schema_is_refused_untouched(self, tmp_path):
+        path = tmp_path / "state.db"
+        SessionDB(path).close()
+        with sqlite3.connect(path) as conn:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        with pytest.raises(StoreError, match="newer"):
+            SessionDB(path)
+
+    def test_reopen_keeps_data(self, tmp_path):
+        path = tmp_path / "state.db"
+        first = SessionDB(path)
+        first.apply([PutRouting("k", '{"x": 1}', 1.0)])
+        first.close()
+        again = SessionDB(path)
+        assert again.load_routing() == [("k", '{"x": 1}')]
+        again.close()
+
+    def test_append_for_a_session_without_a_row_creates_one(self, db):
+        db.apply([AppendMessage("orphan", _msg("hello"))])
+        assert db.session_row("orphan")["message_count"] == 1
+
+    def test_closed_database_raises_store_error(self, tmp_path):
+        closed = SessionDB(tmp_path / "x.db")
+        closed.close()
+        closed.close()
+        with pytest.raises(StoreError):
+            closed.load_routing()
+
+
+class TestSearch:
+    """Search returns message dicts with id and session_id, best bm25 match first."""
+
+    def test_best_match_first(self, db):
+        db.apply([
+            AppendMessage("s1", _msg("the cat sat on the mat with a dog")),
+            AppendMessage("s2", _msg("cat cat cat", 2.0, "assistant")),
+            AppendMessage("s2", _msg("nothing relevant", 3.0)),
+        ])  # fmt: skip
+        hits = db.search("cat")
+        assert [h["content"] for h in hits] == ["cat cat cat", "the cat sat on the mat with a dog"]
+        assert hits[0] == {"id": 2, "session_id": "s2", "role": "assistant",
+                           "content": "cat cat cat", "timestamp": 2.0}  # fmt: skip
+        assert len(db.search("cat", limit=1)) == 1
+        assert db.search("zebra") == []
+
+    @pytest.mark.parametrize("query", ['"unbalanced', "AND", "nocolumn:cat", "   "])
+    def test_malformed_query_is_a_clear_store_error(self, db, query):
+        with pytest.raises(StoreError, match="query"):
+            db.search(query)
+
+
+class TestFtsMaintenance:
+    """Repairing, detaching or rebuilding the index never deletes a canonical message."""
+
+    @pytest.mark.parametrize("how", ["deleted", "zeroed", "shadow dropped"])
+    def test_corruption_is_detected_and_rebuilt(self, db, how):
+        db.apply([AppendMessage("s1", _msg(f"apple {n}")) for n in range(20)])
+        _corrupt_fts(db, how)
+        assert db.check_fts() == "corrupt"
+        db.rebuild_fts()
+        assert db.check_fts() == "ok"
+        assert len(db.load_messages("s1")) == 20
+        assert len(db.search("apple", limit=50)) == 20
+
+    @pytest.mark.parametrize("how", ["deleted", "zeroed", "shadow dropped"])
+    def test_append_on_a_corrupt_index_repairs_it_and_keeps_every_message(self, db, how):
+        db.apply([AppendMessage("s1", _msg(f"apple {n}")) for n in range(20)])
+        _corrupt_fts(db, how)
+        db.apply([AppendMessage("s1", _msg("apple late")), AppendMessage("s1", _msg("pear"))])
+        contents = [m["content"] for m in db.load_messages("s1")]
+        assert contents == [f"apple {n}" for n in range(20)] + ["apple late", "pear"]
+        assert db.check_fts() == "ok"
+        assert db.search("late")[0]["content"] == "apple late"
+        assert db.integrity_check() == "ok"
+
+    def test_detach_keeps_messages_and_appends_keep_working(self, db):
+        db.apply([AppendMessage("s1", _msg("apple"))])
+        db.detach_fts()
+        assert db.check_fts() == "missing"
+        db.apply([AppendMessage("s1", _msg("banana"))])
+        assert [m["content"] for m in db.load_messages("s1")] == ["apple", "banana"]
+        with pytest.raises(StoreError, match="rebuild-fts"):
+            db.search("apple")
+        db.rebuild_fts()
+        assert db.check_fts() == "ok"
+        assert [h["content"] for h in db.search("banana OR apple")] == ["apple", "banana"]
+
+    def test_lost_trigger_counts_as_corrupt(self, db):
+        _sql(db, "DROP TRIGGER messages_ai")
+        assert db.check_fts() == "corrupt"
+        db.rebuild_fts()
+        assert db.check_fts() == "ok"
+
+
+class TestWriteFailures:
+    """Write failures are retried, then surfaced; constraint errors are not retried."""
+
+    def test_read_only_connection_raises_unavailable(self, db):
+        _sql(db, "PRAGMA query_only = 1")
+        with pytest.raises(StoreUnavailableError):
+            db.apply([PutRouting("k", "{}", 1.0)])
+        _sql(db, "PRAGMA query_only = 0")
+        db.apply([PutRouting("k", "{}", 1.0)])
+        assert db.load_routing() == [("k", "{}")]
+
+    def test_failed_transaction_leaves_nothing_behind(self, db):
+        _sql(db, "CREATE TRIGGER refuse BEFORE INSERT ON routing BEGIN "
+                 "SELECT RAISE(ABORT, 'refused'); END")  # fmt: skip
+        with pytest.raises(StoreError, match="refused"):
+            db.apply([AppendMessage("s1", _msg("first")), PutRouting("k", "{}", 1.0)])
+        assert db.load_messages("s1") == []
+
+
+class TestReadOnly:
+    """A read-only handle answers checks and reads and creates no file."""
+
+    def test_checks_without_creating_files(self, tmp_path, db):
+        db.apply([AppendMessage("s1", _msg("apple"))])
+        db.close()
+        before = sorted(p.name for p in tmp_path.iterdir())
+        ro = SessionDB(tmp_path / "state.db", read_only=True)
+        assert (ro.integrity_check(), ro.check_fts()) == ("ok", "ok")
+        assert ro.counts()["messages"] == 1
+        with pytest.raises(StoreError):
+            ro.apply([PutRouting("k", "{}", 1.0)])
+        ro.close()
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+    def test_missing_file_is_not_created(self, tmp_path):
+        with pytest.raises(StoreUnavailableError):
+            SessionDB(tmp_path / "none.db", read_only=True)
+        assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,151 @@
+"""Degraded mode: without a usable state.db the store keeps serving from sessions.json + JSONL."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.store import SessionDB
+from hermes_actors.store.mirror import DEGRADED_KEY
+
+from .conftest import dm
+
+
+def _break_as_directory(home):
+    (home / "state.db").mkdir()
+
+
+def _break_header(home):
+    (home / "state.db").write_bytes(b"this is not a SQLite database\x00" * 200)
+
+
+def _break_read_only(home):
+    # The database would live on a filesystem nobody may create files on (root included).
+    os.symlink("/proc/hermes-test-read-only/state.db", home / "state.db")
+
+
+CAUSES = {
+    "state.db is a directory": _break_as_directory,
+    "corrupt header": _break_header,
+    "read-only location": _break_read_only,
+}
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "DEGRADED" in r.getMessage()]
+
+
+def _mirror(home) -> dict:
+    return json.loads((home / "sessions" / "sessions.json").read_text())
+
+
+class TestOpenFailure:
+    """Each cause of an unusable database gives one warning and a serving, durable store."""
+
+    @pytest.mark.parametrize("cause", list(CAUSES))
+    def test_serves_from_mirror_and_jsonl(self, make_store, home, caplog, cause):
+        CAUSES[cause](home)
+        with caplog.at_level(logging.WARNING, logger="hermes_actors"):
+            store = make_store()
+            assert store.degraded and store.db is None
+            entry = store.get_or_create_session(dm())
+            store.append_message(entry.session_id, {"role": "user", "content": "hello"})
+            token = store.begin_turn(
+                entry.session_key, entry.session_id, user_message={"role": "user", "content": "q"}
+            )
+            store.append_message(entry.session_id, {"role": "assistant", "content": "a"},
+                                 turn_token=token, is_reply=True)  # fmt: skip
+        assert len(_warnings(caplog)) == 1
+        # the mirror is canonical: written on every change, no flush needed
+        data = _mirror(home)
+        assert list(data)[:2] == ["_README", DEGRADED_KEY]
+        assert data[entry.session_key]["active_turn_token"] == token
+        lines = (home / "sessions" / f"{entry.session_id}.jsonl").read_text().splitlines()
+        assert len(lines) == 3
+        assert [m["content"] for m in store.load_transcript(entry.session_id)] == [
+            "hello", "q", "a",
+        ]  # fmt: skip
+        assert store.turn_reply(entry.session_id, token)["content"] == "a"
+        assert store.clear_turn_active(entry.session_key, token)
+        assert _mirror(home)[entry.session_key]["active_turn_token"] is None
+
+    def test_routing_survives_a_restart_in_degraded_mode(self, make_store, home):
+        _break_as_directory(home)
+        first = make_store()
+        entry = first.get_or_create_session(dm())
+        first.mark_resume_pending(entry.session_key, "restart_timeout")
+        first.append_message(entry.session_id, {"role": "user", "content": "hello"})
+        first.close()
+        second = make_store()
+        assert second.degraded
+        assert second.get(entry.session_key).resume_reason == "restart_timeout"
+        assert second.load_transcript(entry.session_id)[0]["content"] == "hello"
+
+    def test_inbox_and_ledger_work_in_memory(self, make_store, home, caplog):
+        _break_header(home)
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        event = MessageEvent(source=dm(), text="hi")
+        with caplog.at_level(logging.WARNING, logger="hermes_actors"):
+            store.accept_event(entry.session_key, event)
+            store.accept_event(entry.session_key, event)
+            oid = store.ledger_record(session_key=entry.session_key, platform="telegram",
+                                      chat_id="42", thread_id=None, content="x", kind="reply",
+                                      token="t")  # fmt: skip
+        assert [e.event_id for _, e in store.pending_inbox()] == [event.event_id]
+        store.consume_events([event.event_id], "turn")
+        assert store.pending_inbox() == []
+        assert store.ledger_claim(oid, owner_pid=os.getpid(), owner_started_at=1.0)
+        assert store.ledger_finish(oid, "delivered") == "delivered"
+        assert sum("not crash-safe" in r.getMessage() for r in caplog.records) == 1
+
+    def test_recovery_imports_jsonl_and_mirror_into_a_working_database(self, make_store, home):
+        _break_as_directory(home)
+        degraded = make_store()
+        entry = degraded.get_or_create_session(dm())
+        degraded.append_message(entry.session_id, {"role": "user", "content": "from degraded"})
+        degraded.mark_resume_pending(entry.session_key, "shutdown_timeout")
+        degraded.close()
+        (home / "state.db").rmdir()
+        healed = make_store()
+        assert not healed.degraded
+        assert healed.get(entry.session_key).resume_reason == "shutdown_timeout"
+        assert healed.load_transcript(entry.session_id)[0]["content"] == "from degraded"
+        assert not (home / "sessions" / f"{entry.session_id}.jsonl").exists()
+        assert dict(healed.db.load_routing()).keys() == {entry.session_key}
+        healed.flush()
+        assert DEGRADED_KEY not in _mirror(home)
+        healed.close()
+        assert len(make_store().load_transcript(entry.session_id)) == 1  # imported once
+
+
+class TestWriteFailureAfterOpen:
+    """A database that stops accepting writes switches the store to degraded, losing nothing."""
+
+    def test_switches_and_keeps_the_change(self, make_store, home, caplog):
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        store.append_message(entry.session_id, {"role": "user", "content": "before"})
+        db = store.db
+        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        with caplog.at_level(logging.WARNING, logger="hermes_actors"):
+            assert store.mark_resume_pending(entry.session_key, "restart_timeout")
+            store.append_message(entry.session_id, {"role": "user", "content": "after"})
+        assert store.degraded and store.db is None
+        assert len(_warnings(caplog)) == 1
+        assert _mirror(home)[entry.session_key]["resume_reason"] == "restart_timeout"
+        assert [m["content"] for m in store.load_transcript(entry.session_id)] == [
+            "before", "after",
+        ]  # fmt: skip
+
+    def test_given_database_is_not_closed_by_the_store(self, make_store, home):
+        db = SessionDB(home / "state.db")
+        store = make_store(db=db)
+        store.get_or_create_session(dm())
+        store.close()
+        assert db.counts()["sessions"] == 1
+        db.close()

@@ -1,0 +1,108 @@
+"""The pure lifecycle and loading rules, without threads or disks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hermes_actors.model.entry import SessionEntry
+from hermes_actors.model.timeutil import from_epoch
+from hermes_actors.store import lifecycle
+from hermes_actors.store.loader import merge_entries
+from hermes_actors.store.transcript import normalize_message
+
+from .conftest import T0, dm
+
+KEY = "agent:main:telegram:dm:42"
+
+
+def _entry(**flags) -> SessionEntry:
+    flags.setdefault("created_at", from_epoch(T0))
+    flags.setdefault("updated_at", from_epoch(T0))
+    return SessionEntry(KEY, "20231114_221320_0000abcd", **flags)
+
+
+class TestAccessAction:
+    """§6's order: missing, force_new, suspended, resume_pending, then touch or keep."""
+
+    @pytest.mark.parametrize(
+        ("entry", "force_new", "touch", "action"),
+        [
+            (None, False, True, "create"),
+            (None, True, True, "create"),
+            (_entry(suspended=True), True, True, "force_new"),
+            (_entry(suspended=True, resume_pending=True), False, True, "rotate"),
+            (_entry(resume_pending=True), False, True, "resume"),
+            (_entry(), False, True, "touch"),
+            (_entry(), False, False, "keep"),
+        ],
+    )
+    def test_order(self, entry, force_new, touch, action):
+        assert lifecycle.access_action(entry, force_new=force_new, touch_activity=touch) == action
+
+    def test_successor_resets_flags_and_links(self):
+        old = _entry(suspended=True, resume_pending=True, resume_reason="x",
+                     active_turn_token="t", active_turn_started_at=from_epoch(T0),
+                     origin=dm(), display_name="DM with Alice")  # fmt: skip
+        new = lifecycle.successor(old, from_epoch(T0 + 1), None, is_fresh_reset=True)
+        assert new.prev_session_id == old.session_id and new.session_id != old.session_id
+        assert not (new.suspended or new.resume_pending or new.has_active_turn)
+        assert new.origin == old.origin and new.is_fresh_reset
+
+
+class TestRecoveryAction:
+    """Markers are judged by epoch age; boundaries only ever lose the marker."""
+
+    def _marked(self, started: float, **flags) -> SessionEntry:
+        return _entry(active_turn_token="t", active_turn_started_at=from_epoch(started), **flags)
+
+    def test_rules(self):
+        assert lifecycle.recovery_action(_entry(), T0, 3600) is None
+        assert lifecycle.recovery_action(self._marked(T0 - 10), T0, 3600) == "resume"
+        assert lifecycle.recovery_action(self._marked(T0 - 3600), T0, 3600) == "clear"
+        assert lifecycle.recovery_action(self._marked(T0 + 60), T0, 3600) == "resume"
+        marked = self._marked(T0 - 10, suspended=True)
+        assert lifecycle.recovery_action(marked, T0, 3600) == "clear"
+        marked = self._marked(T0 - 10, expiry_finalized=True)
+        assert lifecycle.recovery_action(marked, T0, 3600) == "clear"
+
+    def test_resumed_keeps_a_pending_reason(self):
+        pending = self._marked(T0, resume_pending=True, resume_reason="shutdown_timeout")
+        assert lifecycle.resumed(pending, from_epoch(T0)).resume_reason == "shutdown_timeout"
+        stale_reason = replace(pending, resume_pending=False)
+        assert lifecycle.resumed(stale_reason, from_epoch(T0)).resume_reason == (
+            "restart_interrupted"
+        )
+
+    def test_is_stale(self):
+        assert lifecycle.is_stale(_entry(), T0 + 1)
+        assert not lifecycle.is_stale(_entry(), T0)
+        assert not lifecycle.is_stale(_entry(suspended=True), T0 + 1)
+        assert not lifecycle.is_stale(_entry(created_at=None, updated_at=None), T0 + 1)
+
+
+class TestMerge:
+    """Database rows first, mirror fills gaps (or wins after degraded mode), bad ones skipped."""
+
+    def test_rules(self):
+        db_entry = _entry(resume_pending=True)
+        mirror_entry = _entry().to_dict()
+        other = replace(_entry(), session_key=KEY + "0").to_dict()
+        result = merge_entries([(KEY, db_entry.to_dict())], {KEY: mirror_entry, KEY + "0": other})
+        assert result.entries[KEY].resume_pending and result.from_mirror == [KEY + "0"]
+        won = merge_entries([(KEY, db_entry.to_dict())], {KEY: mirror_entry}, mirror_wins=True)
+        assert not won.entries[KEY].resume_pending and won.from_mirror == [KEY]
+
+    def test_key_mismatch_and_bad_json_are_skipped(self):
+        result = merge_entries([("agent:x", "{not json"), (KEY + "1", _entry().to_dict())], {})
+        assert result.entries == {} and [k for k, _ in result.skipped] == ["agent:x", KEY + "1"]
+
+
+class TestMessageShape:
+    """Messages are normalised to §17.13; ISO timestamps become epoch seconds."""
+
+    def test_normalise(self):
+        msg = normalize_message({"role": "user", "content": "x", "extra": 1,
+                                 "timestamp": "2023-11-15T07:13:20+09:00"}, now=0.0)  # fmt: skip
+        assert msg == {"role": "user", "content": "x", "timestamp": T0}

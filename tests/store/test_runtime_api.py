@@ -1,0 +1,259 @@
+"""The runtime-facing store methods: durable inbox, atomic turn start, reply lookup, ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+
+from hermes_actors.errors import StoreError
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
+
+from .conftest import T0, dm
+
+HOUR = 3600.0
+
+
+def _event(text: str, chat: str = "42", **kwargs) -> MessageEvent:
+    return MessageEvent(source=dm(chat), text=text, **kwargs)
+
+
+def _sql(store, sql: str) -> list:
+    db = store.db
+    return db._executor.run(lambda: db._database.execute_sql(sql).fetchall())
+
+
+class TestInbox:
+    """Accepted events persist in arrival order, once each, until consumed."""
+
+    def test_order_idempotency_and_consumption(self, store):
+        key = store.get_or_create_session(dm()).session_key
+        events = [_event(f"m{n}") for n in range(5)]
+        for event in events:
+            store.accept_event(key, event)
+        store.accept_event(key, events[1])
+        pending = store.pending_inbox()
+        assert [e.text for _, e in pending] == ["m0", "m1", "m2", "m3", "m4"]
+        assert all(k == key for k, _ in pending) and pending[0][1] == events[0]
+        store.consume_events([events[0].event_id, events[3].event_id], "command")
+        store.consume_events([events[0].event_id], "dropped")
+        assert [e.text for _, e in store.pending_inbox()] == ["m1", "m2", "m4"]
+        reasons = dict(_sql(store, "SELECT event_id, consumed_reason FROM inbox"))
+        assert reasons[events[0].event_id] == "command"
+
+    def test_inbox_survives_a_reopen(self, make_store):
+        first = make_store()
+        key = first.get_or_create_session(dm()).session_key
+        event = _event("queued", internal=True, metadata={"delegation": {"id": "d1"}})
+        first.accept_event(key, event)
+        first.close()
+        [(got_key, got)] = make_store().pending_inbox()
+        assert got_key == key and got == event
+
+    def test_prune_drops_old_consumed_rows_only(self, store, clock):
+        key = store.get_or_create_session(dm()).session_key
+        old, kept = _event("old"), _event("unconsumed")
+        store.accept_event(key, old)
+        store.accept_event(key, kept)
+        store.consume_events([old.event_id], "turn")
+        clock.advance(8 * 24 * HOUR)
+        assert store.inbox_prune(7) == 1
+        assert [e.text for _, e in store.pending_inbox()] == ["unconsumed"]
+
+
+class TestBeginTurn:
+    """A turn start is one transaction: marker, user message and consumption, or none."""
+
+    def test_all_three_together_and_durable(self, make_store):
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        event = _event("hello")
+        store.accept_event(entry.session_key, event)
+        token = store.begin_turn(entry.session_key, entry.session_id,
+                                 user_message={"role": "user", "content": "hello"},
+                                 event_ids=[event.event_id])  # fmt: skip
+        store.close()
+        reopened = make_store()
+        marked = reopened.get(entry.session_key)
+        assert marked.active_turn_token == token and not marked.active_turn_internal
+        assert reopened.load_transcript(entry.session_id) == [
+            {"role": "user", "content": "hello", "timestamp": T0}
+        ]
+        assert reopened.pending_inbox() == []
+        rows = _sql(reopened, "SELECT turn_token, is_reply FROM messages")
+        assert rows == [(token, 0)]
+
+    def test_failure_writes_nothing(self, store):
+        entry = store.get_or_create_session(dm())
+        event = _event("hello")
+        store.accept_event(entry.session_key, event)
+        _sql(store, "CREATE TRIGGER refuse BEFORE UPDATE ON inbox BEGIN "
+                    "SELECT RAISE(ABORT, 'refused'); END")  # fmt: skip
+        with pytest.raises(StoreError):
+            store.begin_turn(entry.session_key, entry.session_id,
+                             user_message={"role": "user", "content": "hello"},
+                             event_ids=[event.event_id])  # fmt: skip
+        assert store.get(entry.session_key).active_turn_token is None
+        stored = json.loads(dict(store.db.load_routing())[entry.session_key])
+        assert stored["active_turn_token"] is None
+        assert store.load_transcript(entry.session_id) == []
+        assert len(store.pending_inbox()) == 1
+
+    def test_internal_turn_without_message(self, store):
+        entry = store.get_or_create_session(dm())
+        token = store.begin_turn(entry.session_key, entry.session_id, internal=True)
+        assert store.get(entry.session_key).active_turn_internal
+        assert store.clear_turn_active(entry.session_key, token)
+
+    def test_unknown_key_and_bad_message(self, store):
+        entry = store.get_or_create_session(dm())
+        with pytest.raises(StoreError):
+            store.begin_turn("agent:main:x:dm", entry.session_id)
+        with pytest.raises(ValueError):
+            store.begin_turn(entry.session_key, entry.session_id, user_message={"role": "x"})
+        assert store.get(entry.session_key).active_turn_token is None
+
+
+class TestTurnReply:
+    """Crash recovery finds a turn's persisted final reply by its token."""
+
+    def test_reply_of_the_turn(self, store):
+        entry = store.get_or_create_session(dm())
+        token = store.begin_turn(entry.session_key, entry.session_id,
+                                 user_message={"role": "user", "content": "q"})  # fmt: skip
+        assert store.turn_reply(entry.session_id, token) is None
+        store.append_message(entry.session_id, {"role": "assistant", "content": "tool use"},
+                             turn_token=token)  # fmt: skip
+        assert store.turn_reply(entry.session_id, token) is None
+        store.append_message(entry.session_id, {"role": "assistant", "content": "answer"},
+                             turn_token=token, is_reply=True)  # fmt: skip
+        assert store.turn_reply(entry.session_id, token)["content"] == "answer"
+        assert store.turn_reply(entry.session_id, "other") is None
+
+
+def _record(store, content: str = "reply text", token: str = "t1", kind: str = "reply") -> str:
+    return store.ledger_record(session_key="agent:main:telegram:dm:42", platform="telegram",
+                               chat_id="42", thread_id=None, content=content, kind=kind,
+                               token=token)  # fmt: skip
+
+
+ME = (os.getpid(), psutil.Process().create_time())
+
+
+class TestLedger:
+    """Obligations move pending → attempting → delivered/failed/abandoned, one row each."""
+
+    def test_id_and_idempotency(self, store):
+        oid = _record(store)
+        assert oid == obligation_id("agent:main:telegram:dm:42", "t1", "reply text")
+        assert len(oid) == 24
+        assert _record(store) == oid
+        [row] = store.ledger_rows()
+        assert (row["state"], row["attempts"], row["created_at"]) == ("pending", 0, T0)
+        assert set(row) >= {
+            "obligation_id",
+            "session_key",
+            "platform",
+            "chat_id",
+            "thread_id",
+            "content",
+            "kind",
+            "state",
+            "attempts",
+            "owner_pid",
+            "owner_started_at",
+            "created_at",
+            "updated_at",
+            "last_error",
+        }
+
+    def test_happy_path(self, store, clock):
+        oid = _record(store)
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        row = store.ledger_rows("attempting")[0]
+        assert (row["attempts"], row["owner_pid"]) == (1, ME[0])
+        clock.advance(1)
+        assert store.ledger_finish(oid, "delivered") == "delivered"
+        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_rows(["delivered"])[0]["updated_at"] == T0 + 1
+
+    def test_live_owner_is_never_claimed_by_another(self, store):
+        oid = _record(store)
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert not store.ledger_claim(oid, owner_pid=ME[0] + 1, owner_started_at=ME[1])
+        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+
+    def test_recycled_pid_does_not_keep_a_dead_owner_alive(self, store):
+        oid = _record(store)
+        earlier_process_same_pid = ME[1] - 1000
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=earlier_process_same_pid)
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+
+    def test_dead_owner_attempting_row_is_claimable(self, store):
+        oid = _record(store)
+        assert store.ledger_claim(oid, owner_pid=2**22 + 12345, owner_started_at=1.0)
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_rows()[0]["attempts"] == 2
+
+    def test_abandoned_after_three_attempts(self, store):
+        oid = _record(store)
+        for attempt in (1, 2):
+            assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+            assert store.ledger_finish(oid, "failed", error=f"boom {attempt}") == "failed"
+        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_finish(oid, "failed", error="boom 3") == "abandoned"
+        assert store.ledger_rows()[0]["last_error"] == "boom 3"
+        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+
+    def test_abandoned_after_a_day(self, store, clock):
+        oid = _record(store)
+        store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        clock.advance(25 * HOUR)
+        assert store.ledger_finish(oid, "failed") == "abandoned"
+
+    def test_filters_unknown_ids_and_bad_input(self, store):
+        a = _record(store, "a")
+        _record(store, "b", kind="notice")
+        assert [r["obligation_id"] for r in store.ledger_rows("pending")] != []
+        assert store.ledger_rows(session_key="other") == []
+        assert not store.ledger_claim("0" * 24, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_finish("0" * 24, "delivered") is None
+        with pytest.raises(ValueError):
+            store.ledger_finish(a, "attempting")
+        with pytest.raises(ValueError):
+            _record(store, kind="shout")
+
+    def test_prune_final_rows_after_a_week(self, store, clock):
+        delivered, pending = _record(store, "a"), _record(store, "b")
+        store.ledger_claim(delivered, owner_pid=ME[0], owner_started_at=ME[1])
+        store.ledger_finish(delivered, "delivered")
+        clock.advance(6 * 24 * HOUR)
+        assert store.ledger_prune() == 0
+        clock.advance(2 * 24 * HOUR)
+        assert store.ledger_prune() == 1
+        assert [r["obligation_id"] for r in store.ledger_rows()] == [pending]
+
+
+class TestLedgerRules:
+    """The pure claim/finish rules."""
+
+    def test_claim_rules(self):
+        alive = lambda pid, started: True  # noqa: E731
+        dead = lambda pid, started: False  # noqa: E731
+        me = {"claimer_pid": 1, "claimer_started_at": 10.0}
+        assert claim_allowed("pending", None, None, **me, is_alive=alive)
+        assert not claim_allowed("attempting", 2, 5.0, **me, is_alive=alive)
+        assert claim_allowed("attempting", 2, 5.0, **me, is_alive=dead)
+        assert not claim_allowed("attempting", 1, 10.0, **me, is_alive=alive)
+        assert claim_allowed("failed", 1, 10.0, **me, is_alive=alive)
+        assert not claim_allowed("failed", 2, 5.0, **me, is_alive=alive)
+        for final in ("delivered", "abandoned"):
+            assert not claim_allowed(final, None, None, **me, is_alive=dead)
+
+    def test_finish_rules(self):
+        assert finish_state("failed", attempts=2, created_at=0, now=10) == "failed"
+        assert finish_state("failed", attempts=3, created_at=0, now=10) == "abandoned"
+        assert finish_state("delivered", attempts=9, created_at=0, now=10**9) == "delivered"
