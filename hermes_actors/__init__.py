@@ -1,36 +1,46 @@
 """hermes_actors: an actor runtime for the session lifecycle of a chat-agent gateway.
 
-The public API, exactly as SPEC.md §1 names it. Everything else lives in submodules:
-``hermes_actors.testing`` holds the public test helpers.
+The public API, exactly as SPEC.md §1 names it. Names are imported on first use (PEP 562),
+so ``hermes-actors run`` can apply ``gevent.monkey.patch_all()`` before anything here imports
+``threading``. ``hermes_actors.testing`` holds the public test helpers.
 """
 
-from hermes_actors.adapters.base import PlatformAdapter, SendResult
-from hermes_actors.adapters.memory import InMemoryAdapter
-from hermes_actors.agents.base import Agent, TurnRequest, TurnResult
-from hermes_actors.agents.echo import EchoAgent
-from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import (
-    ConfigError,
-    ConfigWarning,
-    HermesActorsError,
-    UnknownPlatformError,
-)
-from hermes_actors.model.context import (
-    SessionContext,
-    build_session_context,
-    build_session_context_prompt,
-)
-from hermes_actors.model.entry import SessionEntry
-from hermes_actors.model.events import MessageEvent, MessageType
-from hermes_actors.model.keys import build_session_key, is_shared_multi_user_session
-from hermes_actors.model.platform import Platform
-from hermes_actors.model.silence import is_silence_marker
-from hermes_actors.model.source import SessionSource
-from hermes_actors.model.whatsapp import canonical_whatsapp_identifier
-from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.recovery import RecoveryReport
-from hermes_actors.store.db import SessionDB
-from hermes_actors.store.store import SessionStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Agent": "hermes_actors.agents.base",
+    "ConfigError": "hermes_actors.errors",
+    "ConfigWarning": "hermes_actors.errors",
+    "EchoAgent": "hermes_actors.agents.echo",
+    "Gateway": "hermes_actors.runtime.gateway",
+    "GatewayConfig": "hermes_actors.config",
+    "HermesActorsError": "hermes_actors.errors",
+    "InMemoryAdapter": "hermes_actors.adapters.memory",
+    "MessageEvent": "hermes_actors.model.events",
+    "MessageType": "hermes_actors.model.events",
+    "Platform": "hermes_actors.model.platform",
+    "PlatformAdapter": "hermes_actors.adapters.base",
+    "RecoveryReport": "hermes_actors.runtime.recovery",
+    "SendResult": "hermes_actors.adapters.base",
+    "SessionContext": "hermes_actors.model.context",
+    "SessionDB": "hermes_actors.store.db",
+    "SessionEntry": "hermes_actors.model.entry",
+    "SessionSource": "hermes_actors.model.source",
+    "SessionStore": "hermes_actors.store.store",
+    "TurnRequest": "hermes_actors.agents.base",
+    "TurnResult": "hermes_actors.agents.base",
+    "UnknownPlatformError": "hermes_actors.errors",
+    "build_session_context": "hermes_actors.model.context",
+    "build_session_context_prompt": "hermes_actors.model.context",
+    "build_session_key": "hermes_actors.model.keys",
+    "canonical_whatsapp_identifier": "hermes_actors.model.whatsapp",
+    "is_shared_multi_user_session": "hermes_actors.model.keys",
+    "is_silence_marker": "hermes_actors.model.silence",
+    "load_config": "hermes_actors.config",
+}
 
 __all__ = [
     "Agent",
@@ -63,3 +73,45 @@ __all__ = [
     "is_silence_marker",
     "load_config",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from hermes_actors.adapters.base import PlatformAdapter, SendResult
+    from hermes_actors.adapters.memory import InMemoryAdapter
+    from hermes_actors.agents.base import Agent, TurnRequest, TurnResult
+    from hermes_actors.agents.echo import EchoAgent
+    from hermes_actors.config import GatewayConfig, load_config
+    from hermes_actors.errors import (
+        ConfigError,
+        ConfigWarning,
+        HermesActorsError,
+        UnknownPlatformError,
+    )
+    from hermes_actors.model.context import (
+        SessionContext,
+        build_session_context,
+        build_session_context_prompt,
+    )
+    from hermes_actors.model.entry import SessionEntry
+    from hermes_actors.model.events import MessageEvent, MessageType
+    from hermes_actors.model.keys import build_session_key, is_shared_multi_user_session
+    from hermes_actors.model.platform import Platform
+    from hermes_actors.model.silence import is_silence_marker
+    from hermes_actors.model.source import SessionSource
+    from hermes_actors.model.whatsapp import canonical_whatsapp_identifier
+    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.runtime.recovery import RecoveryReport
+    from hermes_actors.store.db import SessionDB
+    from hermes_actors.store.store import SessionStore
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_actors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
