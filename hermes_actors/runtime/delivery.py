@@ -59,9 +59,15 @@ class Delivery:
         return adapter is not None and bool(getattr(adapter, "connected", False))
 
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
-               token: str) -> str | None:
-        """Record the obligation as ``pending``; returns its id (None with the ledger off)."""
+               token: str, *, clear_turn: bool = False) -> str | None:
+        """Record the obligation as ``pending``; returns its id (None with the ledger off).
+
+        ``clear_turn`` clears the session's turn marker (if it still holds ``token``) in the
+        same transaction.
+        """
         if not self._ledger:
+            if clear_turn:
+                self._store.clear_turn_active(session_key, token)
             return None
         return self._store.ledger_record(
             session_key=session_key,
@@ -71,6 +77,7 @@ class Delivery:
             content=content,
             kind=kind,
             token=token,
+            clear_turn=clear_turn,
         )
 
     def attempt(self, obligation_id: str | None, target: SessionSource, text: str) -> bool:

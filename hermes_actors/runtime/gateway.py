@@ -268,6 +268,10 @@ class Gateway:
             out["delegations_running"] = self._services.delegations.running()
             out["outstanding"] = self._tracker.count
             out["cache"] = self._services.cache.statistics().get()._asdict()
+            supervisor = self._supervisor.statistics().get()._asdict()
+            supervisor.pop("last_report", None)
+            out["supervisor"] = supervisor
+            out["store"] = self.store.statistics()._asdict()
         return out
 
     # -- housekeeping ---------------------------------------------------------------------
@@ -280,8 +284,8 @@ class Gateway:
             return
         now = self.clock.monotonic()
         self._schedule.pass_done(now)
-        idle = self.config.session_actor_idle_secs
-        for future in self._router.broadcast(IdleCheck(idle)):
+        check = IdleCheck(self.config.session_actor_idle_secs, self.config.agent.timeout)
+        for future in self._router.broadcast(check):
             _get(future)
         for future in self._router.broadcast(Kick()):
             _get(future)
@@ -292,6 +296,7 @@ class Gateway:
         if self._schedule.take_prune(now):
             pruned = self.store.prune_stale_entries(self.config.session_store_max_age_days)
             self.store.ledger_prune(7)
+            self.store.inbox_prune(7)
             if pruned:
                 log.info("housekeeping pruned=%d routing entries", pruned)
 

@@ -65,9 +65,11 @@ class TurnDone:
 
 @dataclass(frozen=True)
 class IdleCheck:
-    """Stop yourself if idle since ``idle_secs`` before the clock's ``now``."""
+    """Housekeeping: stop if idle for ``idle_secs``; interrupt a turn older than
+    ``turn_timeout`` (the agent timeout)."""
 
     idle_secs: float
+    turn_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ class SessionActor(pykka.ThreadingActor):
         elif isinstance(message, TurnDone):
             self._on_turn_done(message)
         elif isinstance(message, IdleCheck):
-            return self._on_idle_check(message.idle_secs)
+            return self._on_idle_check(message)
         elif isinstance(message, Kick):
             self._maybe_start()
         elif isinstance(message, GetStatistics):
@@ -295,7 +297,7 @@ class SessionActor(pykka.ThreadingActor):
         if not self._s.delivery.can_send(item.event.source.platform):
             self.queue.put_back(item)  # stays queued until an adapter can take it
             return
-        turn = RunningTurn(next(_turn_ids), item)
+        turn = RunningTurn(next(_turn_ids), item, started=self._s.clock.monotonic())
         self.running = turn
         self._s.turns.add()
         self._acked_interrupt = False
@@ -319,10 +321,17 @@ class SessionActor(pykka.ThreadingActor):
         self._last_activity = self._s.clock.monotonic()
         self._maybe_start()
 
-    def _on_idle_check(self, idle_secs: float) -> bool:
-        if self.running is not None or self.queue:
+    def _on_idle_check(self, check: IdleCheck) -> bool:
+        now = self._s.clock.monotonic()
+        turn = self.running
+        if turn is not None and check.turn_timeout is not None:
+            if now - turn.started >= check.turn_timeout:
+                log.warning("turn timed out session_key=%s after=%.0fs", self.session_key,
+                            now - turn.started)
+                turn.interrupt("timeout")
+        if turn is not None or self.queue:
             return False
-        if self._s.clock.monotonic() - self._last_activity < idle_secs:
+        if now - self._last_activity < check.idle_secs:
             return False
         if self._s.try_retire(self.session_key, self.actor_ref, self.actor_inbox.empty):
             self.stop()

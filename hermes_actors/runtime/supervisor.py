@@ -108,24 +108,24 @@ class SupervisorActor(pykka.ThreadingActor):
         store, now = self._store, self._clock.time()
         max_age = marker_max_age(self._config.agent.timeout)
         marked = [e for e in store.list_sessions() if e.active_turn_token is not None]
-        recovered = 0
-        mid_turn = []
+        verdicts = []
         for entry in marked:
             row = store.turn_reply(entry.session_id, entry.active_turn_token)
-            verdict = judge_marker(entry, row["content"] if row else None, now, max_age)
-            if verdict.action != "expire":
-                mid_turn.append(entry.session_key)
+            verdicts.append((entry, judge_marker(entry, row["content"] if row else None, now,
+                                                 max_age)))
+        # Count first: a crash during recovery must not forget that these were mid-turn.
+        mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
+        self._write_counts(next_restart_counts(self._counts, mid_turn))
+        recovered = 0
+        for entry, verdict in verdicts:
             if verdict.action == "deliver" and entry.origin is not None:
-                target = entry.origin
-                self._delivery.record(entry.session_key, target, verdict.content, verdict.kind,
-                                      entry.active_turn_token)
+                self._delivery.record(entry.session_key, entry.origin, verdict.content,
+                                      verdict.kind, entry.active_turn_token)
                 recovered += verdict.kind == "recovered"
-            elif verdict.action == "resume":
-                if not entry.resume_pending:
-                    store.mark_resume_pending(entry.session_key, "restart_interrupted")
+            elif verdict.action == "resume" and not entry.resume_pending:
+                store.mark_resume_pending(entry.session_key, "restart_interrupted")
             store.clear_turn_active(entry.session_key, entry.active_turn_token)
             crashpoint("during_recovery")
-        self._write_counts(next_restart_counts(self._counts, mid_turn))
         return recovered
 
     def _suspend_stuck(self) -> list[str]:

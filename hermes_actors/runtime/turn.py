@@ -2,7 +2,8 @@
 
 The order of durable steps is the recovery contract: mark the turn and persist the user
 message (one transaction, which also consumes the inbox rows) → run the agent → persist the
-reply → record the delivery obligation → clear the marker → send → mark delivered. A crash
+reply → record the delivery obligation and clear the marker (one transaction) → send → mark
+delivered. A crash
 between any two steps leaves a state recovery can judge from the marker, the transcript and
 the ledger alone.
 """
@@ -50,6 +51,8 @@ class RunningTurn:
 
     id: int
     item: Queued
+    #: Monotonic clock reading when the turn started (for the agent timeout).
+    started: float = 0.0
     interrupted: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None
     agent: Any = None
@@ -199,9 +202,12 @@ def _settle(services: Services, key: str, session_id: str, token: str, event: Me
             owed = (SILENCE_NOTICE, "notice")
     oid = None
     if owed is not None:
-        oid = delivery.record(key, event.source, owed[0], owed[1], token)
+        # Recording what is owed and clearing the marker are one transaction: recovery never
+        # finds a marker whose answer already sits in the ledger (no resume on top of it).
+        oid = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True)
         crashpoint("after_ledger_recorded")
-    store.clear_turn_active(key, token)
+    else:
+        store.clear_turn_active(key, token)
     usage = result.usage or {}
     if usage:
         store.update_session(

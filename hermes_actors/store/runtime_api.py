@@ -22,7 +22,7 @@ from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import validate_session_id, validate_session_key
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.timeutil import epoch
-from hermes_actors.store import ledger
+from hermes_actors.store import ledger, lifecycle
 from hermes_actors.store.ops import (
     AcceptEvent,
     AppendMessage,
@@ -149,28 +149,43 @@ class RuntimeStoreMethods:
         content: str,
         kind: str,
         token: str | None,
+        clear_turn: bool = False,
     ) -> str:
-        """Record an obligation as ``pending``; returns its id (same inputs → same id, one row)."""
+        """Record an obligation as ``pending``; returns its id (same inputs → same id, one row).
+
+        With ``clear_turn=True`` the session's turn marker is cleared in the same transaction
+        when it still holds ``token``: a turn whose answer is owed is settled, and recovery
+        never sees a marker whose obligation already sits in the ledger.
+        """
         if kind not in ledger.KINDS:
             raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
         if not isinstance(content, str):
             raise ValueError("ledger content must be a string")
         oid = ledger.obligation_id(session_key, token, content)
-        self._apply(
-            [
-                LedgerRecord(
-                    obligation_id=oid,
-                    session_key=session_key,
-                    platform=str(platform),
-                    chat_id=None if chat_id is None else str(chat_id),
-                    thread_id=None if thread_id is None else str(thread_id),
-                    content=content,
-                    kind=kind,
-                    at=self._ts(),
-                )
-            ]
-        )
+        if clear_turn and token is not None:
+            with self._key_lock(session_key):
+                entry = self._entries.get(session_key)
+                put = []
+                if entry is not None and entry.active_turn_token == token:
+                    put = [lifecycle.clear_turn_marker(entry)]
+                self._commit([self._ledger_record_op(oid, session_key, platform, chat_id,
+                                                     thread_id, content, kind)], put=put)
+            return oid
+        self._apply([self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
+                                            content, kind)])
         return oid
+
+    def _ledger_record_op(self, oid, session_key, platform, chat_id, thread_id, content, kind):
+        return LedgerRecord(
+            obligation_id=oid,
+            session_key=session_key,
+            platform=str(platform),
+            chat_id=None if chat_id is None else str(chat_id),
+            thread_id=None if thread_id is None else str(thread_id),
+            content=content,
+            kind=kind,
+            at=self._ts(),
+        )
 
     def ledger_claim(self, obligation_id: str, *, owner_pid: int, owner_started_at: float) -> bool:
         """Move a ``pending``/``failed`` row (or one whose owner died) to ``attempting`` for

@@ -19,7 +19,8 @@ CHILD = Path(__file__).with_name("gateway_child.py")
 class Child:
     """One gateway process over ``home``."""
 
-    def __init__(self, home: Path, config: dict, env: dict | None = None) -> None:
+    def __init__(self, home: Path, config: dict, env: dict | None = None,
+                 ready: bool = True) -> None:
         self.home = home
         full_env = dict(os.environ)
         full_env.pop("HERMES_ACTORS_CRASHPOINT", None)
@@ -32,8 +33,10 @@ class Child:
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
-        ready = self.expect("READY")
-        self.report = json.loads(ready[len("READY "):])
+        self.report: dict = {}
+        if ready:
+            line = self.expect("READY")
+            self.report = json.loads(line[len("READY "):])
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
@@ -69,6 +72,22 @@ class Child:
         self.proc.stdin.flush()
         assert self.expect("IDLE", timeout + 5) == "IDLE true"
 
+    def idle_or_exit(self, timeout: float = 30.0) -> int | None:
+        """Ask for idle; returns None once idle, or the exit code if the process died."""
+        try:
+            self.proc.stdin.write(json.dumps({"idle": timeout}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self.proc.wait(timeout=30)
+        while True:
+            line = self.lines.get(timeout=timeout + 5)
+            if line == "<EOF>":
+                return self.proc.wait(timeout=30)
+            self.seen.append(line)
+            if line.startswith("IDLE"):
+                assert line == "IDLE true"
+                return None
+
     def sent(self) -> list[str]:
         """Texts sent so far (as read)."""
         return [json.loads(x[5:]) for x in self.seen if x.startswith("SENT ")]
@@ -102,8 +121,8 @@ def outbox(home: Path) -> list[str]:
 def spawn(tmp_path):
     children: list[Child] = []
 
-    def start(config: dict | None = None, env: dict | None = None) -> Child:
-        child = Child(tmp_path / "home", config or {}, env)
+    def start(config: dict | None = None, env: dict | None = None, ready: bool = True) -> Child:
+        child = Child(tmp_path / "home", config or {}, env, ready)
         children.append(child)
         return child
 

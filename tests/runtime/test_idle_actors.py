@@ -38,3 +38,46 @@ class TestIdleRetirement:
         h.gates.open("g")
         h.idle()
         assert h.texts() == ["held g"]
+
+
+class TestTurnTimeout:
+    """Housekeeping interrupts a turn that runs longer than agent.timeout."""
+
+    def test_overdue_turn_interrupted(self, make_harness):
+        h = make_harness(agent={"timeout": 60})
+        h.send("wait g")
+        assert h.gates.wait_until_waiting("g")
+        h.clock.advance(30)
+        h.gw.housekeeping_tick()
+        assert h.gw.session_statistics(h.key()).running is True
+        h.clock.advance(31)
+        h.gw.housekeeping_tick()
+        h.idle()
+        assert h.gw.session_statistics(h.key()).running is False
+        assert h.texts() == []
+
+
+class TestHousekeepingPrune:
+    """The hourly prune drops stale routing entries and keeps their transcripts."""
+
+    def test_prune_keeps_transcript(self, make_harness):
+        h = make_harness(session_store_max_age_days=1, housekeeping={"first_delay": 0})
+        h.send("old")
+        h.idle()
+        session_id = h.gw.store.get(h.key()).session_id
+        h.clock.advance(2 * 86400)
+        h.gw.housekeeping_tick()
+        assert h.gw.store.get(h.key()) is None
+        assert [m["content"] for m in h.gw.store.load_transcript(session_id)] == [
+            "old", "echo: old"]
+
+    def test_stats_record(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        stats = h.gw.stats()
+        assert stats["state"] == "running"
+        assert stats["live_sessions"] == 1
+        assert stats["cache"]["size"] == 1
+        assert stats["supervisor"]["suspensions"] == 0
+        assert stats["outstanding"] == 0
