@@ -108,7 +108,14 @@ class Gateway:
         """Open the store, recover from the previous run, and start accepting messages."""
         if self._state != "new":
             raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
-        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HermesActorsError(
+                f"cannot use home directory {str(self.home)!r}: {exc.strerror or exc}"
+            ) from None
+        if not self.home.is_dir():
+            raise HermesActorsError(f"home {str(self.home)!r} exists and is not a directory")
         self._store = SessionStore(
             self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
         )
