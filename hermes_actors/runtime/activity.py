@@ -19,6 +19,7 @@ class ActivityTracker:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._count = 0
+        self._cut = False
 
     @property
     def count(self) -> int:
@@ -41,6 +42,13 @@ class ActivityTracker:
                 self._cond.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until nothing is outstanding; False on timeout."""
+        """Block until nothing is outstanding; False on timeout or after :meth:`cut`."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._count == 0, timeout=timeout)
+            self._cond.wait_for(lambda: self._count == 0 or self._cut, timeout=timeout)
+            return self._count == 0
+
+    def cut(self) -> None:
+        """Release every waiter now and from now on (a forced stop ends the drain)."""
+        with self._cond:
+            self._cut = True
+            self._cond.notify_all()

@@ -162,7 +162,15 @@ class Gateway:
 
     def stop(self, drain_timeout: float | None = None, restarting: bool = False) -> None:
         """Stop gracefully: drain running turns up to ``drain_timeout`` seconds, interrupt
-        and mark the rest for resumption, flush state and write ``.clean_shutdown``."""
+        and mark the rest for resumption, flush state and write ``.clean_shutdown``.
+
+        Called again with ``drain_timeout=0`` while a stop drains (a second SIGINT), it cuts
+        the drain short: running turns are interrupted and marked at once.
+        """
+        if self._state == "stopping" and drain_timeout == 0:
+            log.warning("forced stop: interrupting running turns now")
+            self._turns.cut()
+            return
         if self._state != "running":
             return
         self._state = "stopping"

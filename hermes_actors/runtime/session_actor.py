@@ -127,6 +127,7 @@ class SessionActor(pykka.ThreadingActor):
         self._holding = False
         self._acked_interrupt = False
         self._turns = 0
+        self._warned_unreachable = False
         self._last_activity = services.clock.monotonic()
 
     # -- mailbox --------------------------------------------------------------------------
@@ -296,7 +297,13 @@ class SessionActor(pykka.ThreadingActor):
             return
         if not self._s.delivery.can_send(item.event.source.platform):
             self.queue.put_back(item)  # stays queued until an adapter can take it
+            if not self._warned_unreachable:
+                self._warned_unreachable = True
+                log.warning("no connected adapter for platform=%s: session_key=%s keeps %d "
+                            "event(s) queued", item.event.source.platform, self.session_key,
+                            self.queue.depth)
             return
+        self._warned_unreachable = False
         turn = RunningTurn(next(_turn_ids), item, started=self._s.clock.monotonic())
         self.running = turn
         self._s.turns.add()

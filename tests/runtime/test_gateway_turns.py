@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hermes_actors.model.silence import SILENCE_NOTICE
+from hermes_actors.store.store import SessionStore
 from hermes_actors.runtime.turn import FAILED_NOTICE
 
 
@@ -99,3 +100,53 @@ class TestStatus:
         assert f"Session: {entry.session_id}" in h.texts()[-1]
         assert "Queue depth: 0" in h.texts()[-1]
         assert len(h.log) == 1
+
+
+class TestUnreachablePlatform:
+    """An event whose platform has no connected adapter stays queued, then runs."""
+
+    def test_waits_for_adapter(self, make_harness):
+        h = make_harness()
+        h.adapter.connected = False
+        h.send("later")
+        assert h.gw.wait_idle(timeout=0.2) is False
+        assert h.gw.queue_depth(h.key()) == 1
+        h.adapter.connected = True
+        h.gw.housekeeping_tick()
+        h.idle()
+        assert h.texts() == ["echo: later"]
+
+
+class TestDrain:
+    """stop() drains a running turn; past the deadline it interrupts and marks resume."""
+
+    def test_deadline_marks_shutdown_timeout(self, make_harness):
+        h = make_harness()
+        h.send("wait g")
+        assert h.gates.wait_until_waiting("g")
+        h.gw.stop(drain_timeout=0.05)
+        assert (h.gw.home / ".clean_shutdown").exists()
+        store = SessionStore(h.gw.home / "sessions")
+        entry = store.get(h.key())
+        assert entry.resume_pending and entry.resume_reason == "shutdown_timeout"
+        assert entry.active_turn_token is None
+        store.close()
+
+    def test_restarting_reason(self, make_harness):
+        h = make_harness()
+        h.send("wait g")
+        assert h.gates.wait_until_waiting("g")
+        h.gw.stop(drain_timeout=0.05, restarting=True)
+        store = SessionStore(h.gw.home / "sessions")
+        assert store.get(h.key()).resume_reason == "restart_timeout"
+        store.close()
+
+    def test_finished_turn_is_not_marked(self, make_harness):
+        h = make_harness()
+        h.send("hold g")
+        assert h.gates.wait_until_waiting("g")
+        h.gates.open("g")
+        h.gw.stop(drain_timeout=10)
+        store = SessionStore(h.gw.home / "sessions")
+        assert store.get(h.key()).resume_pending is False
+        store.close()
