@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hermes_actors.model.silence import SILENCE_NOTICE
-from hermes_actors.store.store import SessionStore
 from hermes_actors.runtime.turn import FAILED_NOTICE
+from hermes_actors.store.store import SessionStore
 
 
 class TestEcho:
