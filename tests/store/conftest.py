@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store import SessionStore
+from hermes_actors.testing import FakeClock
 
 T0 = 1_700_000_000.0
-
-
-class FakeClock:
-    """Time that moves only when a test says so: ``time()``, ``monotonic()``, ``advance()``."""
-
-    def __init__(self, start: float = T0) -> None:
-        self._lock = threading.Lock()
-        self.now = float(start)
-        self.mono = 0.0
-
-    def time(self) -> float:
-        with self._lock:
-            return self.now
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return self.mono
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
-            self.mono += seconds
 
 
 def dm(chat_id: str = "42", **fields) -> SessionSource:
