@@ -78,6 +78,10 @@ class RunningTurn:
             _safe_interrupt(agent, self.reason)
 
 
+class _NotRun(Exception):
+    """The turn was interrupted before its agent started."""
+
+
 def _safe_interrupt(agent: Any, reason: str | None) -> None:
     try:
         agent.interrupt(reason)
@@ -163,9 +167,15 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         )
         error: BaseException | None = None
         try:
+            if turn.interrupted.is_set():
+                # Interrupted before the agent began (/stop, a follow-up, a drain): the user
+                # message is in the transcript, the agent is not run.
+                raise _NotRun
             result = agent.run_turn(request)
             if not isinstance(result, TurnResult):
                 raise TypeError(f"run_turn returned {type(result).__name__}, not TurnResult")
+        except _NotRun:
+            result = TurnResult(None, "interrupted")
         except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
             log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
             error, result = exc, TurnResult(None, "failed")
