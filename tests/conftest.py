@@ -1,12 +1,84 @@
-"""Shared fixtures: every test leaves no actor running behind it."""
+"""Shared fixtures: no actor outlives its test; ``make_harness`` starts a Gateway with a
+scripted agent, an in-memory adapter and a fake clock (and fake memory probe)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pykka
 import pytest
+
+from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
+from hermes_actors.testing import FakeClock, FakeMemoryProbe, Gates, ScriptedAgent
 
 
 @pytest.fixture(autouse=True)
 def _stop_all_actors():
     yield
     pykka.ActorRegistry.stop_all(block=True, timeout=10)
+
+
+@dataclass
+class Harness:
+    """A started gateway with a scripted agent, its gates, log and adapter."""
+
+    gw: Gateway
+    adapter: InMemoryAdapter
+    gates: Gates
+    log: list
+    clock: FakeClock
+    probe: FakeMemoryProbe
+    agents: list = field(default_factory=list)
+
+    def send(self, text: str, *, chat_id: str = "42", user_id: str = "7", **kw) -> str:
+        src = SessionSource("telegram", chat_id=chat_id, user_id=user_id,
+                            **{k: v for k, v in kw.items() if k != "internal"})
+        return self.gw.submit(MessageEvent(source=src, text=text,
+                                           internal=kw.get("internal", False)))
+
+    def wake(self, text: str, *, chat_id: str = "42", user_id: str = "7",
+             metadata: dict | None = None) -> str:
+        src = SessionSource("telegram", chat_id=chat_id, user_id=user_id)
+        return self.gw.submit(MessageEvent(source=src, text=text, internal=True,
+                                           metadata=metadata or {}))
+
+    def key(self, chat_id: str = "42") -> str:
+        return f"agent:main:telegram:dm:{chat_id}"
+
+    def texts(self) -> list[str]:
+        return self.adapter.texts()
+
+    def idle(self) -> None:
+        assert self.gw.wait_idle(timeout=20), "gateway did not become idle"
+
+    def seen(self) -> list[str]:
+        return [s.message for s in self.log]
+
+
+@pytest.fixture
+def make_harness(tmp_path):
+    made: list[Harness] = []
+
+    def make(**config) -> Harness:
+        gates, log, agents = Gates(), [], []
+        clock = FakeClock()
+        adapter = InMemoryAdapter("telegram")
+
+        def factory(context):
+            agent = ScriptedAgent(gates=gates, log=log)
+            agents.append(agent)
+            return agent
+
+        probe = FakeMemoryProbe(anon_mb=100.0)
+        gw = Gateway(tmp_path / f"home{len(made)}", config=load_config(config, env={}),
+                     agent_factory=factory, adapters=[adapter], clock=clock,
+                     memory_probe=probe)
+        gw.start()
+        h = Harness(gw, adapter, gates, log, clock, probe, agents)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.gates.open_all()
+        h.gw.stop(drain_timeout=5)

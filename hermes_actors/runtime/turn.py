@@ -141,6 +141,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     if agent is None:
         agent = services.agent_factory(context)
     turn.attach(agent)
+    persisted = False
     try:
         history = store.load_transcript(session_id)
         token = store.begin_turn(
@@ -180,8 +181,11 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
             log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
             error, result = exc, TurnResult(None, "failed")
         _settle(services, key, session_id, token, event, result, error)
+        persisted = True
     finally:
-        services.cache.checkin(key, session_id, agent)
+        # An agent whose turn was not fully persisted is never released by the cache.
+        # Waited for, so wait_idle() also covers the cap evictions this checkin triggers.
+        services.cache.checkin(key, session_id, agent, persisted=persisted).get()
     grown = len(message.encode()) + len((result.reply or "").encode())
     if should_check_pressure(grown):
         services.cache.check_pressure()

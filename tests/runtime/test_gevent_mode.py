@@ -20,6 +20,7 @@ SCENARIOS = [
     "test_delegations.py",
     "test_idle_actors.py",
     "test_gevent_mode.py",
+    "../cache/test_gateway_cache.py",
 ]
 
 

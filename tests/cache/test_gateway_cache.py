@@ -1,0 +1,101 @@
+"""§10/§11 through the Gateway: cap, idle TTL, memory budget, protection, release vs close."""
+
+from __future__ import annotations
+
+from hermes_actors import MessageEvent, SessionSource
+
+
+def send(h, chat: str, text: str) -> None:
+    h.gw.submit(MessageEvent(source=SessionSource("telegram", chat_id=chat), text=text))
+
+
+
+class TestCap:
+    """Over max_size the least recently used agent is soft-released and never reused."""
+
+    def test_lru_released_and_history_rebuilt(self, make_harness):
+        h = make_harness(agent={"agent_cache": {"max_size": 2}})
+        for chat in ("1", "2", "3"):
+            send(h, chat, f"hello {chat}")
+            h.idle()
+        first, second, third = h.agents
+        assert (first.released, first.closed) == (1, False)
+        assert (second.released, third.released) == (0, 0)
+        assert h.gw.stats()["cache"]["size"] == 2
+        send(h, "1", "again")
+        h.idle()
+        assert len(h.agents) == 4, "an evicted agent is never reused"
+        assert h.log[-1].history_len == 2, "the fresh agent saw the full history"
+        assert h.texts()[-1] == "echo: again"
+
+
+class TestIdleTtl:
+    """Agents unused for idle_ttl_secs are released by housekeeping; recent ones stay."""
+
+    def test_ttl_since_last_use(self, make_harness):
+        h = make_harness(agent={"agent_cache": {"idle_ttl_secs": 100,
+                                                "memory_high_mb": "off"}})
+        send(h, "1", "a")
+        h.idle()
+        h.clock.advance(50)
+        send(h, "2", "b")
+        h.idle()
+        h.clock.advance(60)
+        h.gw.housekeeping_tick()
+        old, recent = h.agents
+        assert old.released == 1 and recent.released == 0
+        assert h.gw.stats()["cache"]["evictions"]["idle"] == 1
+
+
+class TestMemoryBudget:
+    """Over budget, idle agents are released LRU-first; a turn's agent never is."""
+
+    def test_pressure_spares_running_turn(self, make_harness):
+        h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
+        for chat in ("1", "2"):
+            send(h, chat, "x")
+        h.idle()
+        send(h, "busy", "hold g")
+        assert h.gates.wait_until_waiting("g")
+        h.probe.anon_mb = 500
+        h.gw.housekeeping_tick()
+        one, two, busy = h.agents
+        assert busy.released == 0 and not busy.closed
+        assert one.released == 1 and two.released == 1
+        assert one.committed and one.committed[0][-1]["content"] == "echo: x"
+        h.gates.open("g")
+        h.idle()
+
+    def test_unpersisted_agent_never_released(self, make_harness, monkeypatch):
+        h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
+        store = h.gw.store
+        real_append = store.append_message
+
+        def failing(session_id, message, **kw):
+            if message.get("role") == "assistant":
+                raise OSError("disk went away")
+            return real_append(session_id, message, **kw)
+
+        monkeypatch.setattr(store, "append_message", failing)
+        send(h, "1", "x")
+        h.idle()
+        h.probe.anon_mb = 500
+        h.gw.housekeeping_tick()
+        assert h.agents[0].released == 0
+
+
+class TestBoundaries:
+    """/new and shutdown close agents; evictions only release them."""
+
+    def test_new_closes_and_stop_closes(self, make_harness):
+        h = make_harness()
+        send(h, "1", "a")
+        send(h, "2", "b")
+        h.idle()
+        send(h, "1", "/new")
+        h.idle()
+        one, two = h.agents
+        assert one.closed and one.released == 0
+        assert not two.closed
+        h.gw.stop(drain_timeout=5)
+        assert two.closed and two.released == 0
