@@ -6,6 +6,9 @@ after ``<s>`` seconds with ``delegation done`` and replies ``delegated <s>``; ``
 blocks until a test opens that gate or the turn is interrupted (see :class:`Gates`);
 ``hold <gate>`` blocks until the gate opens even when interrupted (then reports the
 interruption), so a test decides exactly when a turn ends; anything else → ``echo: <text>``.
+An auto-continue turn (the message is only the recovery system note) "continues the
+interrupted task" by answering ``resumed: <the last user message in the history>``, which
+lets crash tests and the soak tie the resumed answer to the message it completes.
 The command is read from the last line of the message, after a ``[sender] `` prefix, so a
 recovery note or a shared-session prefix does not hide it.
 """
@@ -97,6 +100,10 @@ class ScriptedAgent:
         self.log.append(
             _Seen(request.message, request.session_id, len(request.history), request.internal)
         )
+        if _is_bare_note(request.message):
+            last = next((m.get("content", "") for m in reversed(request.history)
+                         if m.get("role") == "user"), "")
+            return TurnResult(reply=f"resumed: {last}")
         lines = request.message.strip().splitlines() or [""]
         text = _SENDER.sub("", lines[-1].strip())
         word, _, arg = text.partition(" ")
@@ -148,6 +155,11 @@ class ScriptedAgent:
         """Mark closed."""
         self.closed = True
         self._interrupted.set()
+
+
+def _is_bare_note(message: str) -> bool:
+    text = message.strip()
+    return text.startswith("[System note:") and text.endswith("]") and "\n" not in text
 
 
 def _seconds(arg: str) -> float:

@@ -17,14 +17,12 @@ import pytest
 from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.crash import CRASH_POINTS
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
-from hermes_actors.runtime.recovery_rules import resume_note
 from hermes_actors.runtime.turn import FAILED_NOTICE
 
 from .conftest import outbox
 
 pytestmark = pytest.mark.slow
 KEY = "agent:main:telegram:dm:42"
-NOTE = resume_note("restart_interrupted")
 
 #: kind -> (message, the answers that count as answering it)
 KINDS = {
@@ -61,8 +59,8 @@ def test_crash_matrix(spawn, point, kind):
         recovered.send("ping")
         recovered.idle()
         assert recovered.sent()[-1] == "echo: ping"
-        assert [t for t in outbox(first.home) if t.startswith("echo: [System")] == [
-            f"echo: {NOTE}"]
+        assert [t for t in outbox(first.home) if t.startswith("resumed:")] == [
+            f"resumed: {text}"]
         return
 
     child = spawn(env=env)
@@ -90,7 +88,7 @@ def test_crash_matrix(spawn, point, kind):
     received = outbox(child.home)
     plain = [t for t in received if t in answers]
     prefixed = [t for t in received if t.startswith(RECOVERED_PREFIX)]
-    resumed = [t for t in received if t == f"echo: {NOTE}"]
+    resumed = [t for t in received if t == f"resumed: {text}"]
     assert plain or prefixed or resumed, f"message not answered: {received}"
     if point == "after_send_before_delivered" and crashed:
         # Sent once, then redelivered once with the prefix: the only allowed repeat.

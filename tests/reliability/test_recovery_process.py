@@ -38,7 +38,7 @@ class TestKillMidTurn:
         turn = json.loads(second.expect("TURN")[5:])
         assert turn == resume_note("restart_interrupted")
         second.idle()
-        assert second.sent() == [f"echo: {turn}"]
+        assert second.sent() == ["resumed: sleep 60"]
         second.stop()
         third = spawn()
         assert third.report["resumed"] == []
