@@ -1,10 +1,15 @@
-"""The ``hermes-actors`` command line (§12, §17.16, §17.48, §17.49).
+"""The ``hermes-actors`` command line (§12, §17.16, §17.35, §17.48, §17.49).
 
 Subcommands are rows of :data:`SUBCOMMANDS`: a path (``("db", "check")``), a help text, a
-function ``run(args) -> exit code`` and optionally a function adding its own arguments. To
-add ``run``, ``send``, ``chat`` or ``bench``, append a row; the parser, ``--home`` and the
-error handling come for free. Every subcommand takes ``--home DIR`` *after* the subcommand;
-it wins over ``HERMES_HOME``, whose default is ``./hermes_home``.
+function ``run(args) -> exit code`` and optionally a function adding its own arguments; the
+parser, ``--home`` and the error handling come for free. Every subcommand takes ``--home DIR``
+*after* the subcommand; it wins over ``HERMES_HOME``, whose default is ``./hermes_home``.
+
+This module's imports are kept light on purpose (nothing here imports ``threading``): ``run``
+must apply ``gevent.monkey.patch_all()`` before the runtime is imported, so every command
+imports what it needs inside its function. The bodies of ``run``, ``send``, ``chat`` and
+``bench`` live in :mod:`hermes_actors.process.commands`. ``bench`` hands its arguments over
+unparsed (see :data:`PASSTHROUGH`).
 
 Exit codes: 0 success; 1 a runtime failure or an unhealthy check; 2 a usage or configuration
 error (any :class:`HermesActorsError` that is not a store failure). Errors are one line on
@@ -23,6 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.process.arguments import (
+    configure_bench,
+    configure_chat,
+    configure_run,
+    configure_send,
+)
 
 __all__ = ["SUBCOMMANDS", "CommandFailed", "Subcommand", "UsageError", "build_parser", "main"]
 
@@ -50,6 +61,8 @@ class Subcommand:
     run: Callable[[argparse.Namespace], int]
     #: Adds the command's own arguments (``--home`` is added for every command).
     configure: Callable[[argparse.ArgumentParser], None] | None = None
+    #: A longer description for the command's ``--help``.
+    description: str | None = None
 
 
 def resolve_home(args: argparse.Namespace) -> Path:
@@ -235,13 +248,60 @@ def _configure_show(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# -- run, chat, send, bench ----------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``run``: patch gevent first, then start the standalone gateway."""
+    from gevent import monkey
+
+    monkey.patch_all()
+    from hermes_actors.process.commands import run_command
+
+    return run_command(args)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """``chat``: an interactive console session on an embedded gateway."""
+    from hermes_actors.process.commands import chat_command
+
+    return chat_command(args)
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """``send``: post a message to a running gateway."""
+    from hermes_actors.process.commands import send_command
+
+    return send_command(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``bench``: run the benchmark harness."""
+    from hermes_actors.process.commands import bench_command
+
+    return bench_command(args)
+
+
 #: The command tree; append rows to add subcommands.
 SUBCOMMANDS: list[Subcommand] = [
-    Subcommand(("db", "check"), "report database health (read-only)", cmd_db_check),
-    Subcommand(("db", "rebuild-fts"), "rebuild the full-text index", cmd_db_rebuild_fts),
+    Subcommand(("run",), "run the standalone gateway with its HTTP API", cmd_run,
+               configure_run, "Run the gateway until SIGTERM/SIGINT (graceful drain); a "
+               "second SIGINT ends the drain at once."),
+    Subcommand(("send",), "send a message to a running gateway", cmd_send, configure_send,
+               "POST the message to the gateway's HTTP API; with --wait, print the reply."),
+    Subcommand(("chat",), "interactive console session (embedded gateway)", cmd_chat,
+               configure_chat, "Each line is a message on platform 'local'; /quit or "
+               "end of input stops the gateway gracefully."),
     Subcommand(("sessions", "list"), "list sessions", cmd_sessions_list),
     Subcommand(("sessions", "show"), "show one session", cmd_sessions_show, _configure_show),
+    Subcommand(("db", "check"), "report database health (read-only)", cmd_db_check),
+    Subcommand(("db", "rebuild-fts"), "rebuild the full-text index", cmd_db_rebuild_fts),
+    Subcommand(("bench",), "run the benchmark harness (python -m benchmarks)", cmd_bench,
+               configure_bench, "Arguments after 'bench' (and an optional leading --home "
+               "DIR) are passed to the benchmark harness unchanged."),
 ]
+
+#: Commands whose arguments are passed on unparsed (after an optional leading ``--home``).
+PASSTHROUGH = ("bench",)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -265,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             leaf = depth == len(sub.path)
             child = groups[prefix[:-1]].add_parser(
-                prefix[-1], help=sub.help if leaf else f"{prefix[-1]} commands"
+                prefix[-1], help=sub.help if leaf else f"{prefix[-1]} commands",
+                description=(sub.description or sub.help) if leaf else None,
             )
             parsers[prefix] = child
             if leaf:
@@ -280,12 +341,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _passthrough(argv: list[str]) -> argparse.Namespace | None:
+    """The arguments of a :data:`PASSTHROUGH` command, unparsed; ``None`` for the others
+    (and for ``--help``, which argparse answers)."""
+    if not argv or argv[0] not in PASSTHROUGH or argv[1:2] in (["-h"], ["--help"]):
+        return None
+    rest, home = argv[1:], None
+    if rest[:1] == ["--home"] and len(rest) >= 2:
+        home, rest = rest[1], rest[2:]
+    elif rest and rest[0].startswith("--home="):
+        home, rest = rest[0].split("=", 1)[1], rest[1:]
+    handler = next(sub.run for sub in SUBCOMMANDS if sub.path == (argv[0],))
+    return argparse.Namespace(home=home, rest=rest, handler=handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         try:
-            args = parser.parse_args(argv)
+            args = _passthrough(argv) or parser.parse_args(argv)
         except SystemExit as exc:  # --help
             return int(exc.code or 0)
         handler = getattr(args, "handler", None)

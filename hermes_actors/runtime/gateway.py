@@ -282,6 +282,9 @@ class Gateway:
             out["actors_retired"] = self._router.retired
             out["delegations_running"] = self._services.delegations.running()
             out["outstanding"] = self._tracker.count
+            out["running_turns"] = self._turns.count
+            sessions = [_get(f) for f in self._router.broadcast(GetStatistics())]
+            out["queue_depth_total"] = sum(s.queue_depth for s in sessions if s is not None)
             out["cache"] = self._services.cache.statistics().get()._asdict()
             supervisor = self._supervisor.statistics().get()._asdict()
             supervisor.pop("last_report", None)

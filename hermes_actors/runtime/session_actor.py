@@ -268,7 +268,7 @@ class SessionActor(pykka.ThreadingActor):
         store = self._s.store
         if store.reset_session(self.session_key) is None:
             store.get_or_create_session(event.source, force_new=True)
-        self._s.cache.discard(self.session_key)
+        self._track(self._s.cache.discard(self.session_key))
         self._notify(event, NEW_SESSION)
         self._consume(event.event_id, reason="command")
 
@@ -349,6 +349,22 @@ class SessionActor(pykka.ThreadingActor):
 
     def _notify(self, event: MessageEvent, text: str) -> None:
         self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}")
+
+    def _track(self, future: pykka.Future) -> None:
+        """Count work handed to another actor (an agent's close) until it finishes, without
+        waiting for it here: wait_idle() then covers it."""
+        tracker = self._s.tracker
+        tracker.add()
+
+        def wait() -> None:
+            try:
+                future.get(timeout=120)
+            except Exception:  # noqa: BLE001 - logged; the unit must be released regardless
+                log.exception("handed-off work failed session_key=%s", self.session_key)
+            finally:
+                tracker.done()
+
+        threading.Thread(target=wait, name="handoff", daemon=True).start()
 
     def _consume(self, *event_ids: str, reason: str) -> None:
         ids = [i for i in event_ids if i]

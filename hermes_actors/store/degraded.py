@@ -18,6 +18,7 @@ from hermes_actors.errors import StoreError
 from hermes_actors.store import ledger
 from hermes_actors.store.jsonl import JsonlTranscripts
 from hermes_actors.store.ops import (
+    OUTBOX_OPS,
     AcceptEvent,
     AddTokens,
     AppendMessage,
@@ -33,6 +34,7 @@ from hermes_actors.store.ops import (
     PruneInbox,
     PutRouting,
 )
+from hermes_actors.store.outbox import MemoryOutbox
 
 __all__ = ["DegradedBackend"]
 
@@ -56,6 +58,7 @@ class DegradedBackend:
         self._seq = 0
         self._ledger: dict[str, dict[str, Any]] = {}
         self._warned_volatile = False
+        self._outbox = MemoryOutbox()
 
     def _volatile(self) -> None:
         if not self._warned_volatile:
@@ -89,6 +92,8 @@ class DegradedBackend:
             return None  # routing is the store's sessions.json; no sessions table here
         if isinstance(op, AppendMessage):
             return None
+        if isinstance(op, OUTBOX_OPS):
+            return self._outbox.apply(op)
         if isinstance(op, (AcceptEvent, ConsumeEvents, PruneInbox)):
             return self._inbox_op(op)
         return self._ledger_op(op)

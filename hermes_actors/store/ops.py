@@ -31,7 +31,12 @@ __all__ = [
     "LedgerFinish",
     "LedgerPrune",
     "LedgerRecord",
+    "OUTBOX_OPS",
     "Op",
+    "OutboxAppend",
+    "OutboxHead",
+    "OutboxPrune",
+    "OutboxRead",
     "PruneInbox",
     "PutRouting",
     "AppendMessage",
@@ -164,6 +169,52 @@ class LedgerPrune:
     before: float
 
 
+# -- outbox (replies read over HTTP, §17.32) ---------------------------------------------------
+# The reads are operations too, so the degraded backend (which has no SQL) answers them from
+# memory through the same ``apply`` call; see :mod:`hermes_actors.store.outbox`.
+
+
+@dataclass(frozen=True)
+class OutboxAppend:
+    """Append a reply to the outbox; returns its cursor. ``floor`` is the highest cursor the
+    caller has seen: a backend that numbers rows itself (degraded) continues above it."""
+
+    session_key: str
+    platform: str
+    chat_id: str | None
+    thread_id: str | None
+    text: str
+    kind: str
+    created_at: float
+    floor: int = 0
+
+
+@dataclass(frozen=True)
+class OutboxRead:
+    """The outbox rows of one chat with a cursor above ``after``, oldest first (a read)."""
+
+    platform: str
+    chat_id: str | None
+    after: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class OutboxHead:
+    """The highest cursor in the outbox, 0 when empty (a read)."""
+
+
+@dataclass(frozen=True)
+class OutboxPrune:
+    """Delete outbox rows created before ``before``; returns the count."""
+
+    before: float
+
+
+#: The outbox operations, for backends that route them to one handler.
+OUTBOX_OPS = (OutboxAppend, OutboxRead, OutboxHead, OutboxPrune)
+
+
 Op = (
     CreateSession
     | EndSession
@@ -178,6 +229,10 @@ Op = (
     | LedgerClaim
     | LedgerFinish
     | LedgerPrune
+    | OutboxAppend
+    | OutboxRead
+    | OutboxHead
+    | OutboxPrune
 )
 
 

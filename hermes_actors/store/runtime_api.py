@@ -33,6 +33,7 @@ from hermes_actors.store.ops import (
     LedgerRecord,
     PruneInbox,
 )
+from hermes_actors.store.outbox import OutboxStoreMethods
 from hermes_actors.store.transcript import normalize_message
 
 __all__ = ["RuntimeStoreMethods"]
@@ -49,7 +50,7 @@ def _payload(event: MessageEvent) -> str:
         raise ValueError(f"event {event.event_id} cannot be stored: {exc}") from None
 
 
-class RuntimeStoreMethods:
+class RuntimeStoreMethods(OutboxStoreMethods):
     """Durable inbox, turn start, turn reply lookup and the delivery ledger (§7, §8)."""
 
     # -- durable inbox ----------------------------------------------------------------------

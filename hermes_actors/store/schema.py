@@ -26,6 +26,7 @@ __all__ = [
     "FTS_SHADOW_TABLES",
     "FTS_TRIGGERS",
     "MIGRATIONS",
+    "OUTBOX_DDL",
     "SCHEMA_VERSION",
     "Models",
     "bind_models",
@@ -122,8 +123,23 @@ FTS_SHADOW_TABLES = (
     "messages_fts_content",
 )
 
+#: The outbox (migration 2): replies to chats served over HTTP, read by cursor (§17.32).
+#: ``cursor`` is AUTOINCREMENT so a cursor is never reused, even after old rows are pruned.
+OUTBOX_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS outbox (
+        cursor INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+        session_key TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        chat_id TEXT,
+        thread_id TEXT,
+        text TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        created_at REAL NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS outbox_chat ON outbox (platform, chat_id, cursor)",
+)
+
 #: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (CANONICAL_DDL + FTS_DDL,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (CANONICAL_DDL + FTS_DDL, OUTBOX_DDL)
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -151,7 +167,7 @@ def migrate(database: pw.Database) -> int:
 def repair_canonical_tables(database: pw.Database) -> None:
     """Re-create canonical tables or indexes that were lost (a no-op when all exist)."""
     with database.atomic():
-        for statement in CANONICAL_DDL:
+        for statement in CANONICAL_DDL + OUTBOX_DDL:
             database.execute_sql(statement)
 
 
@@ -249,7 +265,23 @@ class InboxRow(_Model):
         table_name = "inbox"
 
 
-MODELS = (SessionRow, MessageRow, RoutingRow, DeliveryRow, InboxRow)
+class OutboxRow(_Model):
+    """One reply waiting to be read by an HTTP client (the outbox, §17.32)."""
+
+    cursor = AutoIncrementField()
+    session_key = pw.TextField()
+    platform = pw.TextField()
+    chat_id = pw.TextField(null=True)
+    thread_id = pw.TextField(null=True)
+    text = pw.TextField()
+    kind = pw.TextField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "outbox"
+
+
+MODELS = (SessionRow, MessageRow, RoutingRow, DeliveryRow, InboxRow, OutboxRow)
 
 
 class Models(NamedTuple):
@@ -260,6 +292,7 @@ class Models(NamedTuple):
     Routing: Any
     Delivery: Any
     Inbox: Any
+    Outbox: Any
 
 
 def bind_models(database: pw.Database) -> Models:

@@ -1,0 +1,322 @@
+"""The HTTP adapter (§12): a small JSON API in front of a :class:`Gateway`, as a WSGI app.
+
+Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (replies, by
+cursor, with a long poll), ``GET /v1/sessions`` and ``GET /v1/sessions/<key>``, ``GET
+/healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
+``/healthz``. What a request may say is decided by the pure functions of
+:mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
+hard cap and writes JSON. Replies to the platforms it serves reach clients through the
+outbox (:mod:`~hermes_actors.adapters.outbox`).
+
+Plain WSGI on purpose: the standalone process serves it with gevent's ``WSGIServer`` (one
+greenlet per request, so a long poll costs a greenlet, not a thread), and tests can call it
+directly. The one gevent-specific detail, bounding gevent's read-and-discard of a refused
+body (``_Request.linger``), is skipped on other servers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hermes_actors.adapters.http_metrics import CONTENT_TYPE, GatewayMetrics
+from hermes_actors.adapters.http_requests import (
+    RequestError,
+    check_bearer,
+    decode_json_body,
+    decode_path,
+    parse_content_length,
+    parse_count,
+    parse_message,
+    parse_outbox_query,
+    parse_query,
+)
+from hermes_actors.adapters.outbox import Outbox
+from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.model.entry import validate_session_key
+from hermes_actors.model.timeutil import from_epoch, isoformat
+
+__all__ = ["HttpApi", "make_server"]
+
+log = logging.getLogger("hermes_actors.http")
+
+_SESSIONS_PREFIX = "/v1/sessions/"
+#: How much of an unread, refused body is read and dropped before closing (see ``linger``).
+_LINGER_BYTES = 256 * 1024
+_LINGER_SECONDS = 1.0
+_REASONS = {
+    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    405: "Method Not Allowed", 413: "Content Too Large", 422: "Unprocessable Content",
+    500: "Internal Server Error", 503: "Service Unavailable",
+}  # fmt: skip
+
+
+class _Response:
+    """Status, headers and body of one answer."""
+
+    def __init__(self, status: int, body: bytes, content_type: str,
+                 headers: Iterable[tuple[str, str]] = ()) -> None:
+        self.status = status
+        self.body = body
+        self.headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
+                        ("Cache-Control", "no-store"), *headers]
+
+
+def _json(status: int, data: Any, headers: Iterable[tuple[str, str]] = ()) -> _Response:
+    body = json.dumps(data, ensure_ascii=False).encode("utf-8")
+    return _Response(status, body, "application/json; charset=utf-8", headers)
+
+
+class _Request:
+    """One request: its method, decoded path and query, and a capped body reader."""
+
+    def __init__(self, environ: dict[str, Any], max_body: int) -> None:
+        self.environ = environ
+        self.method = environ.get("REQUEST_METHOD", "GET").upper()
+        self.path = decode_path(environ.get("PATH_INFO") or "/")
+        self.query = environ.get("QUERY_STRING", "")
+        self._max_body = max_body
+        self._chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+        declared = environ.get("CONTENT_LENGTH", "").strip()
+        #: Whether a body may still sit unread on the connection.
+        self.body_pending = self._chunked or (declared not in ("", "0"))
+
+    def read_body(self) -> bytes:
+        """The body, at most ``max_body`` bytes: 413 beyond it, read no further than that."""
+        length = parse_content_length(self.environ.get("CONTENT_LENGTH"), self._max_body)
+        stream = self.environ["wsgi.input"]
+        if length is None:
+            if not self._chunked:
+                self.body_pending = False
+                return b""
+            data = stream.read(self._max_body + 1)
+            if len(data) > self._max_body:
+                raise RequestError(413, f"request body too large (limit {self._max_body} bytes)")
+        else:
+            chunks, remaining = [], length
+            while remaining > 0:
+                chunk = stream.read(remaining)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
+        self.body_pending = False
+        return data
+
+    def linger(self) -> None:
+        """After answering without reading the whole body: read and drop a little more of it
+        (at most :data:`_LINGER_BYTES`, for at most :data:`_LINGER_SECONDS`), then make sure
+        gevent does not read the rest.
+
+        Closing a socket with unread input makes the kernel send a reset, which can destroy
+        the answer before the client read it; a short bounded read lets a client that sent
+        slightly too much see its 413. gevent would otherwise read and discard the whole
+        body to reuse the connection, an unbounded read; the answer says
+        ``Connection: close`` instead. Only gevent's input object is touched.
+        """
+        stream = self.environ.get("wsgi.input")
+        if not hasattr(stream, "send_100_continue_enabled"):
+            return
+        import gevent
+
+        stream.send_100_continue_enabled = False  # the answer is out: no "100 Continue" now
+        left = _LINGER_BYTES
+        with gevent.Timeout(_LINGER_SECONDS, False):
+            try:
+                while left > 0:
+                    chunk = stream.read(min(left, 65536))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            except (OSError, ValueError):  # the client went away or sent garbage
+                pass
+        stream.content_length = stream.position
+        stream.chunked_input = False
+
+
+class _Answer(list):
+    """The WSGI body of an answer; ``close`` (called by the server after the body was
+    written) lets the request linger over an unread body."""
+
+    def __init__(self, body: bytes, request: _Request | None) -> None:
+        super().__init__([body])
+        self._request = request
+
+    def close(self) -> None:
+        """Called by the server once the answer was written."""
+        if self._request is not None and self._request.body_pending:
+            self._request.linger()
+
+
+class HttpApi:
+    """The WSGI application of the HTTP adapter for one gateway.
+
+    ``gateway`` is a started :class:`~hermes_actors.runtime.gateway.Gateway`, ``outbox`` the
+    :class:`Outbox` its HTTP-served adapters append to, ``settings`` the ``http`` config
+    section (``token``, ``max_body``, ``platforms``). ``report`` returns the startup
+    ``RecoveryReport`` (for ``/metrics``).
+    """
+
+    def __init__(self, gateway: Any, outbox: Outbox, settings: Any, *,
+                 report: Callable[[], Any] = lambda: None) -> None:
+        self._gw = gateway
+        self._outbox = outbox
+        self._token = settings.token
+        self._max_body = int(settings.max_body)
+        self._platforms = tuple(settings.platforms)
+        #: False while the process drains: new messages are refused with 503.
+        self.accepting = True
+        #: The Prometheus metrics served at ``/metrics``.
+        self.metrics = GatewayMetrics(gateway, report=report, outbox=outbox)
+        self._routes: dict[str, dict[str, Callable[[_Request], _Response]]] = {
+            "/healthz": {"GET": self._healthz},
+            "/metrics": {"GET": self._metrics},
+            "/v1/messages": {"POST": self._post_message},
+            "/v1/outbox": {"GET": self._get_outbox},
+            "/v1/sessions": {"GET": self._list_sessions},
+            _SESSIONS_PREFIX: {"GET": self._get_session},
+        }
+
+    # -- WSGI -------------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable) -> list[bytes]:
+        """Answer one request (WSGI)."""
+        request: _Request | None = None
+        route = "other"
+        try:
+            request = _Request(environ, self._max_body)
+            route = self._route_name(request.path)
+            response = self._handle(request, route)
+        except RequestError as exc:
+            response = _json(exc.status, {"error": exc.message}, exc.headers)
+        except StoreError as exc:
+            log.error("store failure answering %s: %s", route, exc)
+            response = _json(503, {"error": f"the session store is unavailable: {exc}"})
+        except HermesActorsError as exc:  # the gateway is not running (stopping)
+            response = _json(503, {"error": str(exc)})
+        except Exception:  # noqa: BLE001 - never a traceback to a client
+            log.exception("error answering %s %s", environ.get("REQUEST_METHOD"), route)
+            response = _json(500, {"error": "internal error (see the gateway log)"})
+        if request is not None and request.body_pending:
+            response.headers.append(("Connection", "close"))
+        self.metrics.requests.labels(route, str(response.status)).inc()
+        reason = _REASONS.get(response.status, "")
+        start_response(f"{response.status} {reason}", response.headers)
+        return _Answer(response.body, request)
+
+    def _route_name(self, path: str) -> str:
+        if path in self._routes:
+            return path
+        if path.startswith(_SESSIONS_PREFIX):
+            return _SESSIONS_PREFIX
+        return "other"
+
+    def _handle(self, request: _Request, route: str) -> _Response:
+        if route != "/healthz":
+            check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._token)
+        methods = self._routes.get(route)
+        if methods is None:
+            raise RequestError(404, f"no such endpoint: {request.path}")
+        handler = methods.get(request.method)
+        if handler is None:
+            allowed = ", ".join(methods)
+            raise RequestError(
+                405, f"method {request.method} is not allowed on {request.path} "
+                f"(allowed: {allowed})", [("Allow", allowed)],
+            )
+        return handler(request)
+
+    # -- routes -----------------------------------------------------------------------------
+
+    def _healthz(self, request: _Request) -> _Response:
+        running = self._gw.running and self.accepting
+        status = "ok" if running else "stopping"
+        body: dict[str, Any] = {"status": status, "pid": os.getpid()}
+        if self._gw.running:
+            body["degraded"] = bool(self._gw.store.degraded)
+        return _json(200 if running else 503, body)
+
+    def _metrics(self, request: _Request) -> _Response:
+        return _Response(200, self.metrics.render(), CONTENT_TYPE)
+
+    def _post_message(self, request: _Request) -> _Response:
+        if not self.accepting:
+            raise RequestError(503, "the gateway is shutting down; send the message again later")
+        message = parse_message(decode_json_body(request.read_body()), platforms=self._platforms)
+        try:
+            event = message.to_event()
+            key = validate_session_key(self._gw.store.session_key_for(event.source))
+        except (TypeError, ValueError) as exc:
+            raise RequestError(422, str(exc)) from None
+        self._gw.submit(event)
+        depth = self._gw.queue_depth(key)
+        return _json(202, {"session_key": key, "event_id": event.event_id, "queue_depth": depth})
+
+    def _get_outbox(self, request: _Request) -> _Response:
+        query = parse_outbox_query(request.query, platforms=self._platforms)
+        after = self._outbox.head() if query.after is None else query.after
+        rows = self._outbox.wait(query.platform, query.chat_id, after, query.wait, query.limit)
+        return _json(200, {
+            "messages": [_outbox_message(row) for row in rows],
+            "cursor": rows[-1]["cursor"] if rows else after,
+        })  # fmt: skip
+
+    def _list_sessions(self, request: _Request) -> _Response:
+        limit = parse_count(parse_query(request.query))
+        entries = self._gw.store.list_sessions()
+        entries.sort(key=_recency, reverse=True)
+        return _json(200, {
+            "count": len(entries),
+            "sessions": [entry.to_dict() for entry in entries[:limit]],
+        })  # fmt: skip
+
+    def _get_session(self, request: _Request) -> _Response:
+        key = request.path[len(_SESSIONS_PREFIX):]
+        entry = self._gw.store.get(key) if key else None
+        if entry is None:
+            raise RequestError(404, f"no session with key {key!r}")
+        tail = parse_count(parse_query(request.query), "tail", default=20, minimum=0)
+        stats = self._gw.session_statistics(key)
+        transcript = self._gw.store.load_transcript(entry.session_id)
+        return _json(200, {
+            "entry": entry.to_dict(),
+            "queue_depth": stats.queue_depth if stats is not None else 0,
+            "running": bool(stats.running) if stats is not None else False,
+            "transcript_tail": transcript[-tail:],
+        })  # fmt: skip
+
+
+def _recency(entry: Any) -> float:
+    when = entry.updated_at or entry.created_at
+    return when.timestamp() if when else 0.0
+
+
+def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cursor": row["cursor"],
+        "session_key": row["session_key"],
+        "chat_id": row["chat_id"],
+        "thread_id": row["thread_id"],
+        "text": row["text"],
+        "kind": row["kind"],
+        "created_at": isoformat(from_epoch(row["created_at"])),
+    }
+
+
+def make_server(app: HttpApi, host: str, port: int) -> Any:
+    """A gevent ``WSGIServer`` for ``app`` bound to ``host:port`` (``port`` 0 picks a free
+    one: read ``server.server_port``). Access lines go to the ``hermes_actors.http.access``
+    logger at DEBUG; server errors to ``hermes_actors.http`` at ERROR."""
+    from gevent.pywsgi import LoggingLogAdapter, WSGIServer
+
+    server = WSGIServer(
+        (host, port), app,
+        log=LoggingLogAdapter(logging.getLogger("hermes_actors.http.access"), logging.DEBUG),
+        error_log=LoggingLogAdapter(logging.getLogger("hermes_actors.http"), logging.ERROR),
+    )
+    server.init_socket()
+    return server

@@ -1,0 +1,176 @@
+"""``GET /metrics``: the gateway's state as Prometheus text, read at scrape time.
+
+Nothing is counted twice: every gauge is computed from ``Gateway.stats()``, the store and
+the startup :class:`~hermes_actors.runtime.recovery.RecoveryReport` when Prometheus asks,
+so the numbers cannot drift from the runtime's own bookkeeping. The metrics live in their
+own ``CollectorRegistry`` (not prometheus-client's global one), so several gateways in one
+process, or tests, never collide. Nested ``stats()`` sections are exported generically
+(``hermes_supervisor_<field>``), so a counter the runtime adds shows up without a change here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "GatewayMetrics", "LEDGER_STATES"]
+
+log = logging.getLogger("hermes_actors.metrics")
+
+#: The ``Content-Type`` of the Prometheus text format ``render`` produces.
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: Ledger states worth watching (``delivered`` rows are history, pruned after 7 days).
+LEDGER_STATES = ("pending", "attempting", "failed", "abandoned")
+_REPORT_FIELDS = ("recovered_replies", "redelivered", "replayed_inbox")
+#: ``stats()`` sections exported generically as ``hermes_<section>_<field>``.
+_SECTIONS = ("supervisor",)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+class _GatewayCollector(Collector):
+    """Reads the gateway at scrape time (see the module docstring)."""
+
+    def __init__(self, gateway: Any, report: Callable[[], Any], outbox: Any = None) -> None:
+        self._gw = gateway
+        self._report = report
+        self._outbox = outbox
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering must not read a gateway that is not started."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per gauge or counter; a failed read only drops its own families."""
+        stats = self._gw.stats()
+        running = stats.get("state") == "running"
+        yield GaugeMetricFamily("hermes_up", "Whether the gateway accepts messages.",
+                                value=1.0 if running else 0.0)
+        yield from self._runtime(stats)
+        yield from self._cache(stats.get("cache") or {})
+        yield from self._sections(stats)
+        yield from self._recovery()
+        if running:
+            yield from self._store()
+        if self._outbox is not None:
+            yield CounterMetricFamily(
+                "hermes_outbox_appended", "Replies appended to the HTTP outbox by this process.",
+                value=float(self._outbox.appended),
+            )
+
+    def _runtime(self, stats: dict[str, Any]) -> Iterator[Metric]:
+        gauges = (
+            ("live_sessions", "hermes_sessions_live", "Session actors alive now."),
+            ("running_turns", "hermes_turns_running", "Turns running now."),
+            ("queue_depth_total", "hermes_queue_depth", "Events queued in live sessions."),
+            ("outstanding", "hermes_work_outstanding",
+             "Units of outstanding work (queued events, turns, delegations, deliveries)."),
+            ("delegations_running", "hermes_delegations_running", "Background delegations."),
+        )
+        for key, name, doc in gauges:
+            value = _number(stats.get(key))
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=value)
+        for key, name, doc in (
+            ("actors_started", "hermes_session_actors_started", "Session actors started."),
+            ("actors_retired", "hermes_session_actors_retired", "Idle session actors retired."),
+        ):
+            value = _number(stats.get(key))
+            if value is not None:
+                yield CounterMetricFamily(name, doc, value=value)
+
+    def _cache(self, cache: dict[str, Any]) -> Iterator[Metric]:
+        for key, name, doc in (
+            ("size", "hermes_agent_cache_size", "Cached agents."),
+            ("in_use", "hermes_agent_cache_in_use", "Cached agents checked out by turns."),
+            ("budget_bytes", "hermes_memory_budget_bytes", "Memory budget of the agent cache."),
+            ("last_anon_bytes", "hermes_memory_anon_bytes",
+             "Anonymous memory at the last memory check."),
+        ):
+            value = _number(cache.get(key))
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=value)
+        evictions = CounterMetricFamily(
+            "hermes_agent_cache_evictions", "Cached agents released, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted((cache.get("evictions") or {}).items()):
+            evictions.add_metric([str(reason)], float(count))
+        yield evictions
+        closed = _number(cache.get("closed"))
+        if closed is not None:
+            yield CounterMetricFamily("hermes_agent_cache_closed",
+                                      "Agents closed at boundaries.", value=closed)
+
+    def _sections(self, stats: dict[str, Any]) -> Iterator[Metric]:
+        for section in _SECTIONS:
+            for key, raw in sorted((stats.get(section) or {}).items()):
+                value = _number(raw)
+                if value is not None:
+                    yield GaugeMetricFamily(f"hermes_{section}_{key}",
+                                            f"Gateway.stats()['{section}']['{key}'].", value=value)
+
+    def _recovery(self) -> Iterator[Metric]:
+        report = self._report()
+        if report is None:
+            return
+        yield GaugeMetricFamily("hermes_recovery_clean_shutdown",
+                                "Whether the previous run stopped gracefully.",
+                                value=1.0 if report.clean_shutdown else 0.0)
+        for key in _REPORT_FIELDS:
+            yield GaugeMetricFamily(f"hermes_recovery_{key}", f"RecoveryReport.{key} at start.",
+                                    value=float(getattr(report, key)))
+        for key in ("resumed", "suspended"):
+            yield GaugeMetricFamily(f"hermes_recovery_{key}",
+                                    f"Sessions {key} by startup recovery.",
+                                    value=float(len(getattr(report, key))))
+
+    def _store(self) -> Iterator[Metric]:
+        store = self._gw.store
+        yield GaugeMetricFamily("hermes_sessions_stored", "Routing entries in the store.",
+                                value=float(len(store.list_sessions())))
+        yield GaugeMetricFamily("hermes_store_degraded", "Whether the store runs without SQLite.",
+                                value=1.0 if store.degraded else 0.0)
+        try:
+            rows = store.ledger_rows(LEDGER_STATES)
+        except Exception:  # noqa: BLE001 - a scrape must not fail on one read
+            log.exception("cannot read the delivery ledger for metrics")
+            return
+        counts = dict.fromkeys(LEDGER_STATES, 0)
+        for row in rows:
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+        family = GaugeMetricFamily("hermes_ledger_obligations",
+                                   "Delivery obligations by state.", labels=["state"])
+        for state, count in counts.items():
+            family.add_metric([state], float(count))
+        yield family
+
+
+class GatewayMetrics:
+    """The metrics of one gateway: its registry, the HTTP request counter, and rendering."""
+
+    def __init__(self, gateway: Any, *, report: Callable[[], Any] = lambda: None,
+                 outbox: Any = None) -> None:
+        #: The registry (prometheus-client's global one is never used).
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_GatewayCollector(gateway, report, outbox))
+        ProcessCollector(registry=self.registry)
+        #: HTTP requests answered, by route and status code.
+        self.requests = Counter("hermes_http_requests", "HTTP requests answered.",
+                                ["route", "status"], registry=self.registry)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric now."""
+        return generate_latest(self.registry)

@@ -1,0 +1,176 @@
+"""``Outbox`` and ``OutboxAdapter``: replies to HTTP-served chats, kept for clients to read.
+
+An HTTP client cannot be called back, so the adapters of the platforms the HTTP adapter
+serves (``webhook``, ``api_server`` by default) "send" by appending to the store's durable
+outbox (:mod:`hermes_actors.store.outbox`); clients read it by cursor with a long poll. The
+outbox wakes waiting readers after each append with a condition variable: a plain thread
+condition in embedded use, a greenlet one once gevent has patched ``threading``, so a long
+poll never blocks the gevent hub.
+
+Each platform needs its own adapter object (the gateway maps one adapter per platform); they
+share one :class:`Outbox`. The outbox reaches the store through a getter bound after the
+``Gateway`` is built, because the gateway creates its store only in ``start()``, and
+recovery may already deliver owed replies during that call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hermes_actors.adapters.base import SendResult
+from hermes_actors.errors import HermesActorsError
+from hermes_actors.model.platform import normalize_platform
+from hermes_actors.model.source import SessionSource
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+
+__all__ = ["DEFAULT_RETENTION_DAYS", "Outbox", "OutboxAdapter"]
+
+log = logging.getLogger("hermes_actors.outbox")
+
+#: Outbox rows older than this are pruned.
+DEFAULT_RETENTION_DAYS = 7.0
+#: The ``kind`` of a reply whose ledger row cannot be found (ledger off, or a direct send).
+DEFAULT_KIND = "reply"
+
+
+class Outbox:
+    """The durable outbox of one gateway, with wake-ups for long-polling readers."""
+
+    def __init__(self, store: Callable[[], Any] | None = None) -> None:
+        self._get_store = store
+        self._cond = threading.Condition()
+        #: Appends per chat, so a waiter sees a change since it read without a database read
+        #: for every append to some other chat.
+        self._versions: dict[tuple[str, str | None], int] = {}
+        self._high = 0
+        self._closed = False
+        #: Replies appended by this process.
+        self.appended = 0
+
+    def bind(self, store: Callable[[], Any]) -> None:
+        """Give the outbox its store getter (``lambda: gateway.store``)."""
+        self._get_store = store
+
+    @property
+    def store(self) -> Any:
+        """The store the outbox lives in."""
+        if self._get_store is None:
+            raise HermesActorsError("the outbox is not bound to a store yet")
+        return self._get_store()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (readers are released, appends refused)."""
+        return self._closed
+
+    def append(self, target: SessionSource, text: str, kind: str | None = None) -> int:
+        """Store a reply to ``target``'s chat and wake its readers; returns the cursor."""
+        if self._closed:
+            raise HermesActorsError("the outbox is closed")
+        store = self.store
+        key = store.session_key_for(target)
+        cursor = store.outbox_append(
+            session_key=key,
+            platform=target.platform,
+            chat_id=target.chat_id,
+            thread_id=target.thread_id,
+            text=text,
+            kind=kind or self._ledger_kind(store, key, target, text),
+            floor=self._high,
+        )
+        chat = (target.platform, target.chat_id)
+        with self._cond:
+            self._high = max(self._high, cursor)
+            self._versions[chat] = self._versions.get(chat, 0) + 1
+            self.appended += 1
+            self._cond.notify_all()
+        return cursor
+
+    @staticmethod
+    def _ledger_kind(store: Any, key: str, target: SessionSource, text: str) -> str:
+        """The ``kind`` the ledger recorded for this send (``reply``, ``notice``,
+        ``recovered``): the adapter is called while the row is ``attempting``."""
+        try:
+            rows = store.ledger_rows("attempting", session_key=key)
+        except Exception:  # noqa: BLE001 - the kind is informative; never fail a send on it
+            log.exception("cannot read the ledger to label an outbox row")
+            return DEFAULT_KIND
+        for row in reversed(rows):
+            content = row["content"]
+            if row["chat_id"] == target.chat_id and text in (content, RECOVERED_PREFIX + content):
+                return row["kind"]
+        return DEFAULT_KIND
+
+    def read(self, platform: str, chat_id: str | None, after: int = 0,
+             limit: int = 100) -> list[dict[str, Any]]:
+        """Rows of one chat after cursor ``after``, oldest first (see ``outbox_read``)."""
+        rows = self.store.outbox_read(platform, chat_id, after, limit)
+        if rows:
+            with self._cond:
+                self._high = max(self._high, rows[-1]["cursor"])
+        return rows
+
+    def head(self) -> int:
+        """The highest cursor so far: anything appended later has a greater one."""
+        head = self.store.outbox_head()
+        with self._cond:
+            self._high = max(self._high, head)
+            return max(self._high, head)
+
+    def wait(self, platform: str, chat_id: str | None, after: int, timeout: float,
+             limit: int = 100) -> list[dict[str, Any]]:
+        """Like :meth:`read`, but when nothing is there yet, wait up to ``timeout`` seconds
+        for a reply to arrive (returns ``[]`` on timeout or when the outbox closes)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        chat = (platform, chat_id)
+        while True:
+            with self._cond:
+                seen = self._versions.get(chat, 0)
+            rows = self.read(platform, chat_id, after, limit)
+            remaining = deadline - time.monotonic()
+            if rows or remaining <= 0 or self._closed:
+                return rows
+            with self._cond:
+                self._cond.wait_for(
+                    lambda seen=seen: self._versions.get(chat, 0) != seen or self._closed,
+                    timeout=remaining,
+                )
+
+    def prune(self, max_age_days: float = DEFAULT_RETENTION_DAYS) -> int:
+        """Delete rows older than ``max_age_days``; returns the count."""
+        return self.store.outbox_prune(max_age_days)
+
+    def close(self) -> None:
+        """Release every waiting reader and refuse later appends."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class OutboxAdapter:
+    """The :class:`~hermes_actors.adapters.base.PlatformAdapter` of one HTTP-served platform:
+    ``send`` appends to the shared :class:`Outbox`."""
+
+    def __init__(self, platform: str, outbox: Outbox) -> None:
+        #: The platform this adapter serves.
+        self.platform = normalize_platform(platform)
+        #: The outbox replies go to.
+        self.outbox = outbox
+
+    @property
+    def connected(self) -> bool:
+        """True while the outbox accepts replies."""
+        return not self.outbox.closed
+
+    def send(self, target: SessionSource, text: str) -> SendResult:
+        """Append ``text`` for ``target``'s chat; the cursor is the message id."""
+        try:
+            cursor = self.outbox.append(target, text)
+        except Exception as exc:  # noqa: BLE001 - a failed append is a failed attempt
+            log.warning("outbox append failed platform=%s error=%s", self.platform, exc)
+            return SendResult(success=False, error=f"{type(exc).__name__}: {exc}")
+        return SendResult(success=True, message_id=str(cursor))

@@ -1,0 +1,72 @@
+"""Arguments of ``run``, ``chat``, ``send`` and ``bench`` (the rows are in :mod:`hermes_actors.cli`).
+
+Kept apart from the commands' bodies because :mod:`hermes_actors.cli` refers to these
+functions in its command table at import time, before ``run`` has patched gevent: this module
+imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_run", "configure_send"]
+
+#: The agent kinds ``--agent`` accepts.
+AGENT_KINDS = ("echo", "scripted", "command", "openai")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r} (0-65535; 0 picks a free one)")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+
+
+def _configure_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path,
+                        help="YAML config file (default: <home>/config.yaml when present)")
+    parser.add_argument("--agent", choices=AGENT_KINDS, help="agent kind (overrides agent.kind)")
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    """``run [--config FILE] [--agent KIND] [--host H] [--port P]``."""
+    _configure_config(parser)
+    parser.add_argument("--host", help="address to listen on (default: http.host, 127.0.0.1)")
+    parser.add_argument("--port", type=_port,
+                        help="port to listen on (default: http.port, 8642; 0 picks a free one)")
+
+
+def configure_chat(parser: argparse.ArgumentParser) -> None:
+    """``chat [--config FILE] [--agent KIND] [--chat-id ID] [--user-id ID]``."""
+    _configure_config(parser)
+    parser.add_argument("--chat-id", default="console", help="chat id (default: console)")
+    parser.add_argument("--user-id", help="your user id (default: your login name)")
+
+
+def configure_send(parser: argparse.ArgumentParser) -> None:
+    """``send TEXT [--chat-id] [--user-id] [--platform] [--url] [--token] [--wait] [--timeout]``."""
+    parser.add_argument("text", help="the message text")
+    parser.add_argument("--chat-id", default="cli", help="chat id (default: cli)")
+    parser.add_argument("--user-id", default="cli", help="user id (default: cli)")
+    parser.add_argument("--platform", default="webhook", help="platform (default: webhook)")
+    parser.add_argument("--url", help="the gateway (default: http://127.0.0.1:8642, or the "
+                        "host and port of http in the home's config.yaml and HERMES_HTTP_*)")
+    parser.add_argument("--token", help="bearer token (default: $HERMES_HTTP_TOKEN, or "
+                        "http.token in the home's config.yaml)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait for the reply and print it (exit 1 if none comes)")
+    parser.add_argument("--timeout", type=_seconds, default=30.0,
+                        help="seconds --wait waits (default: 30)")
+
+
+def configure_bench(parser: argparse.ArgumentParser) -> None:
+    """``bench ARG...`` (for ``--help``; the arguments are passed on unparsed)."""
+    parser.add_argument("args", nargs="*", metavar="ARG",
+                        help="arguments of the benchmark harness (python -m benchmarks --help)")

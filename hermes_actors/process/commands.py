@@ -1,0 +1,151 @@
+"""The bodies of ``hermes-actors run``, ``send``, ``chat`` and ``bench`` (§12, §17.35, §17.49).
+
+:mod:`hermes_actors.cli` declares the arguments and imports this module only when one of
+these commands runs, after ``run`` has patched gevent; so nothing here may be imported by
+``cli`` at module level, and this module imports the runtime only inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from hermes_actors.cli import CommandFailed, UsageError, resolve_home
+from hermes_actors.config import GatewayConfig, load_config
+from hermes_actors.errors import ConfigWarning
+
+__all__ = [
+    "bench_command", "chat_command", "default_url", "load_home_config", "run_command",
+    "send_command",
+]
+
+#: The config file read from the home when ``--config`` is not given.
+CONFIG_NAME = "config.yaml"
+#: The port ``send`` assumes when the config leaves it to the system (``http.port: 0``).
+DEFAULT_PORT = 8642
+
+
+def load_home_config(args: argparse.Namespace) -> tuple[Path, GatewayConfig]:
+    """The home and the config of ``run``/``chat``: ``--config FILE``, else
+    ``<home>/config.yaml`` when present; env overrides; then ``--host``, ``--port``,
+    ``--agent`` from the command line. Config warnings are printed as one line each."""
+    home = resolve_home(args)
+    path = args.config or (home / CONFIG_NAME if (home / CONFIG_NAME).is_file() else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        config = load_config(path)
+    for warning in caught:
+        print(f"hermes-actors: warning: {warning.message}", file=sys.stderr)
+    if not args.home and not os.environ.get("HERMES_HOME") and config.home is not None:
+        home = config.home  # a --config file may name the home
+    http = config.http
+    if getattr(args, "host", None) is not None:
+        http = dataclasses.replace(http, host=args.host)
+    if getattr(args, "port", None) is not None:
+        http = dataclasses.replace(http, port=args.port)
+    agent = config.agent
+    if getattr(args, "agent", None) is not None:
+        agent = dataclasses.replace(agent, kind=args.agent)
+    return home, dataclasses.replace(config, http=http, agent=agent)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``run``: the standalone gateway (gevent must already be patched)."""
+    from hermes_actors.process.standalone import RunOptions, configure_logging, run
+
+    configure_logging()
+    home, config = load_home_config(args)
+    return run(RunOptions(home=home, config=config))
+
+
+def chat_command(args: argparse.Namespace) -> int:
+    """``chat``: an interactive console session on an embedded gateway."""
+    from hermes_actors.process.console import chat
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s %(message)s")
+    home, config = load_home_config(args)
+    return chat(home, config, chat_id=args.chat_id, user_id=args.user_id)
+
+
+def send_command(args: argparse.Namespace) -> int:
+    """``send``: post one message to a running gateway; with ``--wait`` print the reply."""
+    from hermes_actors.process.client import ClientError, GatewayClient, SendOptions, send
+
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    http = _home_http_settings(resolve_home(args))
+    token = args.token or http.token or None
+    options = SendOptions(
+        text=args.text, chat_id=args.chat_id, user_id=args.user_id, platform=args.platform,
+        wait=args.wait, timeout=args.timeout,
+    )
+    try:
+        client = GatewayClient(args.url or default_url(http), token)
+        answered = send(client, options, out=lambda text: print(text, flush=True))
+    except ClientError as exc:
+        if exc.refused:
+            raise UsageError(str(exc)) from None
+        raise CommandFailed(str(exc)) from None
+    if not answered:
+        raise CommandFailed(f"no reply within {args.timeout:g}s")
+    return 0
+
+
+def _import_harness():
+    try:
+        return importlib.import_module("benchmarks.__main__")
+    except ModuleNotFoundError as exc:
+        local = Path.cwd()
+        if exc.name not in ("benchmarks", "benchmarks.__main__") or not (
+                local / "benchmarks" / "__main__.py").is_file():
+            raise
+    sys.path.insert(0, str(local))
+    sys.modules.pop("benchmarks", None)
+    return importlib.import_module("benchmarks.__main__")
+
+
+def _home_http_settings(home: Path):
+    """The ``http`` section as the gateway of ``home`` would read it (its config.yaml, when
+    present, and ``HERMES_HTTP_*``); warnings are the business of ``run``, not ``send``."""
+    path = home / CONFIG_NAME
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(path if path.is_file() else None).http
+
+
+def default_url(http) -> str:
+    """Where a gateway with these ``http`` settings listens, seen from this machine."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(http.host, http.host)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{http.port or DEFAULT_PORT}"
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """``bench``: hand the remaining arguments to ``benchmarks.__main__.main(argv)``.
+
+    The harness ships with the source tree; when the installed package cannot find it (an
+    install made before it existed), a ``benchmarks`` folder in the working directory is used.
+    """
+    try:
+        module = _import_harness()
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.__main__"):
+            raise
+        raise UsageError(
+            "the benchmark harness is not installed (no 'benchmarks' package); "
+            "install hermes_actors from a source checkout: pip install -e ."
+        ) from None
+    entry = getattr(module, "main", None)
+    if not callable(entry):
+        raise UsageError("benchmarks.__main__ has no main(argv) function")
+    if args.home:
+        os.environ["HERMES_HOME"] = str(args.home)
+    return int(entry(list(args.rest)) or 0)

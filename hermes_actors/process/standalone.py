@@ -1,0 +1,173 @@
+"""``hermes-actors run``: the standalone supervisor process (§12).
+
+One gevent hub serves everything: session actors and turn workers are greenlets (``threading``
+is patched before this module is imported), SQLite runs on the store's own native worker
+thread, and the HTTP adapter is gevent's ``WSGIServer``, one greenlet per request, so a
+client long-polling the outbox costs a greenlet. The order of a run:
+
+1. take ``<home>/gateway.lock`` (a second process on the same home is refused);
+2. bind the listening socket (a port in use fails before any recovery work);
+3. ``Gateway.start()`` (recovery) — then print its one-line summary;
+4. serve until SIGTERM or SIGINT; new messages are then refused with 503 while running work
+   drains for up to ``restart_drain_timeout`` seconds; a second signal ends the drain at
+   once (turns still running are interrupted and marked for resumption, as at a deadline),
+   a third exits on the spot (the state is crash-safe, the next start recovers it);
+5. ``Gateway.stop()``, which writes ``.clean_shutdown``; close the server; exit 0.
+
+Lifecycle events are logged as ``event=<name> key=value ...`` lines on stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from hermes_actors.adapters.http import HttpApi, make_server
+from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, OutboxAdapter
+from hermes_actors.cli import CommandFailed
+from hermes_actors.config import GatewayConfig
+from hermes_actors.process.lock import HomeLock
+from hermes_actors.runtime.gateway import Gateway
+
+__all__ = ["RunOptions", "run"]
+
+log = logging.getLogger("hermes_actors.process")
+
+#: Seconds between outbox prunes.
+PRUNE_INTERVAL = 3600.0
+#: Seconds the HTTP server waits for requests in progress when it closes.
+_SERVER_STOP_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``run`` was asked to do, after the command line and the config were read."""
+
+    #: The home directory (created when missing).
+    home: Path
+    #: The configuration, with command-line overrides applied.
+    config: GatewayConfig
+
+
+class _Signals:
+    """Counts stop signals: the first asks for a graceful stop, the second ends the drain,
+    the third exits at once."""
+
+    def __init__(self) -> None:
+        #: Set by the first signal.
+        self.stop = Event()
+        #: Set by the second signal.
+        self.hurry = Event()
+        self.count = 0
+        self.name = ""
+
+    def install(self) -> None:
+        """Route SIGTERM and SIGINT here (run in the hub, so they never interrupt a greenlet
+        in the middle of its work)."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(signum, self.received, signum)
+
+    def received(self, signum: int) -> None:
+        """Handle one signal."""
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count == 1:
+            self.name = name
+            self.stop.set()
+        elif self.count == 2:
+            log.warning("event=hurry signal=%s note=ending the drain now", name)
+            self.hurry.set()
+        else:
+            log.error("event=abort signal=%s note=exiting without a graceful stop; "
+                      "the next start recovers", name)
+            os._exit(130)
+
+
+def _log_event(event: str, **fields: Any) -> None:
+    log.info("event=%s %s", event, " ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def _hurry(gateway: Gateway, signals: _Signals) -> None:
+    signals.hurry.wait()
+    gateway.stop(drain_timeout=0)
+
+
+def _prune_outbox(outbox: Outbox, stop: Event) -> None:
+    while True:
+        try:
+            pruned = outbox.prune(DEFAULT_RETENTION_DAYS)
+            if pruned:
+                _log_event("outbox_pruned", rows=pruned)
+        except Exception:  # noqa: BLE001 - pruning is housekeeping; serving goes on
+            log.exception("outbox prune failed")
+        if stop.wait(PRUNE_INTERVAL):
+            return
+
+
+def run(options: RunOptions) -> int:
+    """Run the standalone gateway until a stop signal; returns the exit code (0)."""
+    config, home = options.config, options.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandFailed(f"cannot create the home directory {str(home)!r}: {exc}") from None
+    with HomeLock(home):
+        return _serve(home, config)
+
+
+def _serve(home: Path, config: GatewayConfig) -> int:
+    http = config.http
+    _log_event("starting", pid=os.getpid(), home=home.resolve(), agent=config.agent.kind,
+               platforms=",".join(http.platforms))
+    outbox = Outbox()
+    adapters = [OutboxAdapter(platform, outbox) for platform in http.platforms]
+    gateway = Gateway(home, config, adapters=adapters)
+    outbox.bind(lambda: gateway.store)
+    report_box: list[Any] = []
+    app = HttpApi(gateway, outbox, http, report=lambda: report_box[0] if report_box else None)
+    try:
+        server = make_server(app, http.host, http.port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None
+    signals = _Signals()
+    signals.install()
+    try:
+        report = gateway.start()
+        report_box.append(report)
+        print(report.summary(), flush=True)
+        server.start()
+        host, port = server.server_host, server.server_port
+        _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
+                   auth="token" if http.token else "none")
+        pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)
+        signals.stop.wait()
+        app.accepting = False
+        _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
+        # A second signal calls stop(drain_timeout=0), which cuts the running drain short.
+        hurry = gevent.spawn(_hurry, gateway, signals)
+        gateway.stop(drain_timeout=config.restart_drain_timeout)
+        hurry.kill()
+        pruner.kill()
+    finally:
+        outbox.close()  # releases long polls, so the server's handlers end at once
+        server.stop(timeout=_SERVER_STOP_TIMEOUT)
+        if gateway.running:  # start() or the drain failed: still leave recoverable state
+            gateway.stop(drain_timeout=0)
+    _log_event("stopped", clean_shutdown=(home / ".clean_shutdown").exists())
+    return 0
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log lines on stderr: ``<time> <LEVEL> <logger> <message>``."""
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )

@@ -1,0 +1,154 @@
+"""``send``, ``chat``, ``bench`` and the usage errors of ``run`` (§12, §17.35, §17.49)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+from hermes_actors.cli import main
+
+from .conftest import TOKEN, run_cli
+
+
+class TestSend:
+    """``send`` posts to a running gateway; ``--wait`` prints the reply or exits 1."""
+
+    def test_send_wait_prints_the_reply(self, shared_gateway):
+        result = run_cli("send", "--wait", "hello there", "--url", shared_gateway.url,
+                         env={"HERMES_HTTP_TOKEN": TOKEN})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "echo: hello there\n"
+
+    def test_send_without_wait_prints_the_acceptance(self, shared_gateway):
+        result = run_cli("send", "hi", "--chat-id", "cli-2", "--url", shared_gateway.url,
+                         "--token", TOKEN)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("accepted session_key=agent:main:webhook:dm:cli-2 ")
+
+    def test_send_wait_prints_notices_then_the_answer_of_a_command(self, shared_gateway):
+        result = run_cli("send", "--wait", "/status", "--chat-id", "cli-3", "--url",
+                         shared_gateway.url, "--token", TOKEN)
+        assert result.returncode == 0, result.stderr
+        assert "Turn: idle" in result.stdout
+
+    def test_url_and_token_come_from_the_home_config(self, shared_gateway, tmp_path):
+        home = tmp_path / "client-home"
+        home.mkdir()
+        (home / "config.yaml").write_text(
+            f"http: {{host: 0.0.0.0, port: {shared_gateway.port}, token: {TOKEN}}}\n"
+        )
+        result = run_cli("send", "--wait", "via home", "--chat-id", "cli-home", "--home",
+                         str(home))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "echo: via home\n"
+
+    def test_no_reply_within_the_timeout_exits_1(self, shared_gateway):
+        result = run_cli("send", "--wait", "sleep 1", "--chat-id", "cli-slow", "--timeout",
+                         "0.2", "--url", shared_gateway.url, "--token", TOKEN)
+        assert result.returncode == 1
+        assert result.stderr == "hermes-actors: error: no reply within 0.2s\n"
+
+    def test_no_server_exits_1_with_one_line(self, tmp_path):
+        result = run_cli("send", "--wait", "hi", "--url", "http://127.0.0.1:9")
+        assert result.returncode == 1
+        assert result.stderr.startswith("hermes-actors: error: no gateway answered at ")
+        assert len(result.stderr.splitlines()) == 1
+
+    def test_refused_request_exits_2(self, shared_gateway):
+        wrong = run_cli("send", "hi", "--url", shared_gateway.url, "--token", "nope")
+        assert wrong.returncode == 2 and "401" in wrong.stderr
+        unserved = run_cli("send", "hi", "--platform", "telegram", "--url", shared_gateway.url,
+                           "--token", TOKEN)
+        assert unserved.returncode == 2 and "not served" in unserved.stderr
+
+
+class TestChat:
+    """``chat`` runs an embedded gateway: each line is a message, end of input stops it."""
+
+    def test_piped_session_prints_replies_in_order(self, tmp_path):
+        home = tmp_path / "home"
+        result = run_cli("chat", "--home", str(home), stdin="hello\n\n/status\nbye\n")
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == "echo: hello" and lines[-1] == "echo: bye"
+        assert "Turn: idle" in lines
+        assert (home / ".clean_shutdown").exists()
+
+    def test_quit_ends_the_session_and_the_rest_is_not_sent(self, tmp_path):
+        result = run_cli("chat", "--home", str(tmp_path / "home"),
+                         stdin="one\n/quit\ntwo\n")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "echo: one\n"
+
+    def test_chat_uses_home_from_env(self, tmp_path):
+        home = tmp_path / "envhome"
+        result = run_cli("chat", stdin="x\n", env={"HERMES_HOME": str(home)}, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        sessions = run_cli("sessions", "list", env={"HERMES_HOME": str(home)})
+        assert sessions.stdout.startswith("agent:main:local:dm:console ")
+
+
+class TestBench:
+    """``bench`` forwards its arguments untouched to ``benchmarks.__main__.main``."""
+
+    def test_arguments_are_forwarded(self, monkeypatch, tmp_path):
+        seen = []
+        fake = types.ModuleType("benchmarks.__main__")
+        fake.main = lambda argv: seen.append(argv) or 3
+        monkeypatch.setitem(sys.modules, "benchmarks", types.ModuleType("benchmarks"))
+        monkeypatch.setitem(sys.modules, "benchmarks.__main__", fake)
+        monkeypatch.delenv("HERMES_HOME", raising=False)
+        code = main(["bench", "--home", str(tmp_path), "throughput", "--json", "out.json"])
+        assert code == 3 and seen == [["throughput", "--json", "out.json"]]
+
+    def test_missing_harness_exits_2(self, monkeypatch, capsys, tmp_path):
+        monkeypatch.chdir(tmp_path)  # no benchmarks/ folder to fall back on
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        monkeypatch.setitem(sys.modules, "benchmarks", None)
+        monkeypatch.delitem(sys.modules, "benchmarks.__main__", raising=False)
+        assert main(["bench", "fifo"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hermes-actors: error: the benchmark harness is not installed")
+
+
+class TestUsage:
+    """Usage and config mistakes exit 2 with one line; every command has ``--help``."""
+
+    @pytest.mark.parametrize("command", [["run"], ["send"], ["chat"], ["bench"],
+                                         ["sessions", "list"], ["db", "check"]])
+    def test_help(self, command, capsys):
+        assert main([*command, "--help"]) == 0
+        assert "--home" in capsys.readouterr().out
+
+    def test_bad_port_exits_2(self, capsys):
+        assert main(["run", "--port", "70000"]) == 2
+        assert "invalid port" in capsys.readouterr().err
+
+    def test_missing_config_file_exits_2(self, tmp_path):
+        result = run_cli("run", "--home", str(tmp_path / "h"), "--config",
+                         str(tmp_path / "missing.yaml"))
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"hermes-actors: error: config file '{tmp_path / 'missing.yaml'}' does not exist"
+        ]
+
+    def test_invalid_config_value_exits_2(self, tmp_path):
+        home = tmp_path / "h"
+        home.mkdir()
+        (home / "config.yaml").write_text("busy_input_mode: sometimes\n")
+        result = run_cli("run", "--home", str(home))
+        assert result.returncode == 2
+        assert "busy_input_mode" in result.stderr and "Traceback" not in result.stderr
+
+
+class TestGeventFirst:
+    """Loading the command line imports no ``threading``, so ``run`` can patch gevent first."""
+
+    def test_cli_import_leaves_threading_unimported(self):
+        code = "import sys, hermes_actors.cli; print('threading' in sys.modules)"
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=60)
+        assert result.stdout.strip() == "False", result.stderr

@@ -1,0 +1,113 @@
+"""Start, stop and restart of a real ``hermes-actors run`` process (§7 graceful stop, §17.35)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from .conftest import run_cli
+
+
+def _entry(home, key: str) -> dict:
+    return json.loads((home / "sessions" / "sessions.json").read_text(encoding="utf-8"))[key]
+
+
+class TestGracefulStop:
+    """SIGTERM drains, writes ``.clean_shutdown`` and exits 0, logging each lifecycle event."""
+
+    def test_sigterm_exits_0_with_clean_shutdown(self, start_gateway, tmp_path):
+        gateway = start_gateway()
+        gateway.post("t", "hello")
+        gateway.replies("t", 1)
+        assert gateway.stop() == 0
+        assert (tmp_path / "home" / ".clean_shutdown").exists()
+        log = gateway.stderr.text()
+        events = ["event=starting", "event=ready", "event=stopping signal=SIGTERM",
+                  "event=stopped clean_shutdown=True"]
+        positions = [log.index(event) for event in events]
+        assert positions == sorted(positions)
+        assert gateway.stdout.expect("^recovery: ").startswith("recovery: clean_shutdown=False")
+
+    def test_outbox_and_cursors_survive_a_restart(self, start_gateway, tmp_path):
+        first = start_gateway()
+        first.post("durable", "before")
+        [old] = first.replies("durable", 1)
+        assert first.stop() == 0
+        second = start_gateway()
+        assert second.stdout.expect("^recovery: ").startswith("recovery: clean_shutdown=True")
+        assert second.outbox("durable", wait=0)["messages"] == [old]
+        second.post("durable", "after")
+        [new] = second.replies("durable", 1, after=old["cursor"])
+        assert new["text"] == "echo: after" and new["cursor"] > old["cursor"]
+
+    def test_running_turn_finishes_and_is_delivered_during_the_drain(
+            self, start_gateway, tmp_path):
+        gateway = start_gateway("--agent", "scripted")
+        key = gateway.post("drain", "sleep 0.5")["session_key"]
+        gateway.post("drain", "/status")
+        [status] = gateway.replies("drain", 1)
+        assert "Turn: running" in status["text"]
+        assert gateway.stop() == 0
+        assert _entry(tmp_path / "home", key)["resume_pending"] is False
+        again = start_gateway("--agent", "scripted")
+        texts = [m["text"] for m in again.outbox("drain", after=status["cursor"], wait=0)[
+            "messages"]]
+        assert texts == ["slept 0.5"]
+
+    def test_second_sigint_ends_the_drain_and_the_turn_resumes_next_start(
+            self, start_gateway, tmp_path):
+        home = tmp_path / "home"
+        gateway = start_gateway("--agent", "scripted",
+                                env={"HERMES_RESTART_DRAIN_TIMEOUT": "120"})
+        key = gateway.post("busy", "wait forever")["session_key"]
+        gateway.post("busy", "/queue after the stop")
+        [ack] = gateway.replies("busy", 1)  # answered only once the first turn runs
+        assert ack["text"].startswith("Queued for the next turn")
+        gateway.signal(signal.SIGINT)
+        gateway.stderr.expect("event=stopping signal=SIGINT drain_timeout=120")
+        gateway.signal(signal.SIGINT)
+        gateway.stderr.expect("event=hurry")
+        assert gateway.proc.wait(timeout=30) == 0
+        assert (home / ".clean_shutdown").exists()
+        entry = _entry(home, key)
+        assert entry["resume_pending"] is True
+        assert entry["resume_reason"] == "shutdown_timeout"
+
+        again = start_gateway("--agent", "scripted")
+        summary = again.stdout.expect("^recovery: ")
+        assert "clean_shutdown=True" in summary and "resumed=1" in summary
+        assert "replayed_inbox=1" in summary
+        # one turn continues the task: the recovery note rides on the replayed /queue item
+        [answer] = again.replies("busy", 1, after=ack["cursor"])
+        assert "interrupted by a gateway shutdown" in answer["text"]
+        assert answer["text"].endswith("after the stop")
+
+
+class TestOneProcessPerHome:
+    """A second ``run`` on a home in use is refused with one line; another home is fine."""
+
+    def test_second_run_on_the_same_home_is_refused(self, start_gateway, tmp_path):
+        gateway = start_gateway()
+        result = run_cli("run", "--home", str(tmp_path / "home"), "--port", "0")
+        assert result.returncode == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "in use by a running gateway" in lines[0]
+        assert f"pid {gateway.proc.pid}" in lines[0]
+        assert "event=ready" not in result.stderr
+        status, _, _ = gateway.request("GET", "/healthz")
+        assert status == 200
+
+    def test_lock_is_released_when_the_process_is_killed(self, start_gateway, tmp_path):
+        first = start_gateway()
+        first.kill()
+        second = start_gateway()
+        summary = second.stdout.expect("^recovery: ")
+        assert "clean_shutdown=False" in summary
+
+    def test_port_in_use_fails_with_exit_1(self, start_gateway, tmp_path):
+        gateway = start_gateway()
+        result = run_cli("run", "--home", str(tmp_path / "other"), "--port", str(gateway.port))
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1].startswith(
+            f"hermes-actors: error: cannot listen on 127.0.0.1:{gateway.port}")
+        assert "Traceback" not in result.stderr

@@ -1,0 +1,168 @@
+"""The outbox: durable rows in the store, long-poll wake-ups, and the adapters that fill it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from hermes_actors import Gateway, MessageEvent, SessionSource, load_config
+from hermes_actors.adapters.outbox import Outbox, OutboxAdapter
+from hermes_actors.process.lock import HomeBusyError, HomeLock
+from hermes_actors.store import SessionStore
+from hermes_actors.store.schema import SCHEMA_VERSION
+from hermes_actors.testing import FakeClock
+
+
+def _row(store: SessionStore, chat_id: str = "42", text: str = "hi", platform: str = "webhook",
+         **kw) -> int:
+    return store.outbox_append(session_key=f"agent:main:{platform}:dm:{chat_id}",
+                               platform=platform, chat_id=chat_id, thread_id=kw.get("thread"),
+                               text=text, kind=kw.get("kind", "reply"), floor=kw.get("floor", 0))
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture(params=["sqlite", "degraded"])
+def store(request, tmp_path, clock):
+    home = tmp_path / "home"
+    home.mkdir()
+    if request.param == "degraded":
+        (home / "state.db").mkdir()  # a directory cannot be opened as a database
+    store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+    assert store.degraded == (request.param == "degraded")
+    yield store
+    store.close()
+
+
+class TestOutboxStore:
+    """Rows are read per chat by cursor, in order, on SQLite and in degraded mode alike."""
+
+    def test_cursors_increase_and_reads_filter_by_chat_and_platform(self, store):
+        first = _row(store, "42", "a")
+        _row(store, "43", "other chat")
+        _row(store, "42", "other platform", platform="api_server")
+        second = _row(store, "42", "b", thread="t1", kind="notice")
+        rows = store.outbox_read("webhook", "42")
+        assert [r["text"] for r in rows] == ["a", "b"]
+        assert [r["cursor"] for r in rows] == [first, second] and first < second
+        assert rows[1]["thread_id"] == "t1" and rows[1]["kind"] == "notice"
+        assert rows[0]["session_key"] == "agent:main:webhook:dm:42"
+        assert store.outbox_read("webhook", "42", after=first) == rows[1:]
+        assert store.outbox_read("webhook", "42", limit=1) == rows[:1]
+        assert store.outbox_head() == second
+
+    def test_prune_drops_old_rows_only(self, store, clock):
+        _row(store, text="old")
+        clock.advance(8 * 86400)
+        _row(store, text="new")
+        assert store.outbox_prune(7) == 1
+        assert [r["text"] for r in store.outbox_read("webhook", "42")] == ["new"]
+
+    def test_degraded_cursors_continue_above_the_floor(self, store):
+        # SQLite numbers rows itself (AUTOINCREMENT); the in-memory outbox of degraded mode
+        # continues above the highest cursor clients may have seen from the database.
+        cursor = _row(store, floor=500)
+        assert cursor == (501 if store.degraded else 1)
+
+
+class TestOutboxDurability:
+    """The outbox table comes from a forward migration and cursors are never reused."""
+
+    def test_migration_and_no_reuse_after_prune_and_reopen(self, tmp_path, clock):
+        home = tmp_path / "home"
+        store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+        last = _row(store, text="x")
+        clock.advance(30 * 86400)
+        assert store.outbox_prune(7) == 1
+        store.close()
+        with sqlite3.connect(home / "state.db") as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        again = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+        try:
+            assert _row(again, text="y") > last
+        finally:
+            again.close()
+
+
+class TestOutboxWaiting:
+    """A long poll returns at once when rows exist, and wakes when a reply is appended."""
+
+    @pytest.fixture
+    def outbox(self, tmp_path, clock):
+        store = SessionStore(tmp_path / "sessions", clock=clock, mirror_interval=None)
+        yield Outbox(lambda: store)
+        store.close()
+
+    def _wait_in_thread(self, outbox: Outbox, after: int = 0) -> tuple[threading.Thread, list]:
+        result: list = []
+        thread = threading.Thread(
+            target=lambda: result.append(outbox.wait("webhook", "42", after, timeout=30))
+        )
+        thread.start()
+        return thread, result
+
+    def test_rows_present_return_at_once(self, outbox):
+        cursor = outbox.append(SessionSource("webhook", chat_id="42"), "ready", kind="reply")
+        assert [r["cursor"] for r in outbox.wait("webhook", "42", 0, timeout=30)] == [cursor]
+
+    def test_append_wakes_a_waiting_reader(self, outbox):
+        start = outbox.head()
+        thread, result = self._wait_in_thread(outbox, start)
+        outbox.append(SessionSource("webhook", chat_id="42"), "late", kind="reply")
+        thread.join(timeout=30)
+        assert not thread.is_alive() and [r["text"] for r in result[0]] == ["late"]
+
+    def test_other_chats_do_not_satisfy_a_reader(self, outbox):
+        outbox.append(SessionSource("webhook", chat_id="99"), "not yours", kind="reply")
+        assert outbox.wait("webhook", "42", 0, timeout=0.05) == []
+
+    def test_close_releases_readers_and_refuses_appends(self, outbox):
+        thread, result = self._wait_in_thread(outbox)
+        outbox.close()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and result == [[]]
+        adapter = OutboxAdapter("webhook", outbox)
+        assert adapter.connected is False
+        sent = adapter.send(SessionSource("webhook", chat_id="42"), "too late")
+        assert sent.success is False and "closed" in sent.error
+
+
+class TestOutboxAdapterInAGateway:
+    """Replies and notices of an embedded gateway land in the outbox with the ledger's kind."""
+
+    def test_reply_and_notice_kinds(self, tmp_path):
+        outbox = Outbox()
+        adapters = [OutboxAdapter(p, outbox) for p in ("webhook", "api_server")]
+        gateway = Gateway(tmp_path / "home", load_config({}, env={}), adapters=adapters)
+        outbox.bind(lambda: gateway.store)
+        gateway.start()
+        try:
+            source = SessionSource("webhook", chat_id="7", user_id="u")
+            gateway.submit(MessageEvent(source=source, text="hello"))
+            assert gateway.wait_idle(timeout=30)
+            gateway.submit(MessageEvent(source=source, text="/status"))
+            assert gateway.wait_idle(timeout=30)
+            rows = outbox.read("webhook", "7")
+        finally:
+            gateway.stop(drain_timeout=5)
+        assert [(r["text"], r["kind"]) for r in rows][0] == ("echo: hello", "reply")
+        assert rows[1]["kind"] == "notice" and rows[1]["text"].startswith("Session: ")
+        assert rows[0]["session_key"] == "agent:main:webhook:dm:7"
+
+
+class TestHomeLock:
+    """One holder per home; the refusal names the holder; release lets the next one in."""
+
+    def test_second_holder_is_refused_until_release(self, tmp_path):
+        first = HomeLock(tmp_path).acquire()
+        with pytest.raises(HomeBusyError, match=r"in use by a running gateway \(pid \d+\)"):
+            HomeLock(tmp_path).acquire()
+        first.release()
+        with HomeLock(tmp_path) as second:
+            assert second.held
+        assert (tmp_path / "gateway.lock").exists()
