@@ -1,0 +1,243 @@
+"""Soak: mixed traffic over loopback HTTP against a real gateway process, with random restarts.
+
+    python scripts/soak.py --minutes 10 --chats 16 [--home DIR] [--json FILE]
+
+A real ``hermes-actors run`` process (scripted agent, queue mode) takes messages from client
+threads while a restarter kills it with SIGKILL or stops it with SIGTERM at random moments
+and starts it again. Every message the gateway acknowledged (HTTP 202) is remembered. At the
+end the process is stopped, started once more so recovery can finish, and every accepted
+message is reconciled against the durable outbox: answered (a reply ``echo: m<n>``, or the
+auto-continued ``resumed: m<n>``, plain or with the recovered prefix), lost, or duplicated
+(the same answer delivered twice, which is only allowed once with the recovered prefix after
+a crash during a send). The last line is the verdict:
+
+    soak: N messages, N answered, 0 lost, 0 duplicated, R restarts
+
+Traffic goes only to 127.0.0.1, the run is bounded in time and in message count, and it
+stops by itself. Exit status 0 when nothing was lost or duplicated, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+RECOVERED_PREFIX = "♻️ Recovered reply: "
+READY = re.compile(r"event=ready .*port=(\d+)")
+CONFIG = """\
+busy_input_mode: queue
+queue_max: 1000
+restart_drain_timeout: 2
+agent:
+  kind: scripted
+http:
+  port: 0
+"""
+
+
+class Gateway:
+    """One gateway process at a time over ``home``; ``url`` follows its port."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.lock = threading.Lock()
+        self.restarts = Counter()
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "hermes_actors", "run", "--home", str(self.home),
+               "--port", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 60
+        for line in proc.stderr:
+            match = READY.search(line)
+            if match:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not become ready within 60 s")
+        else:
+            raise RuntimeError(f"the gateway exited before ready (code {proc.wait()})")
+        threading.Thread(target=_drain_pipe, args=(proc.stderr,), daemon=True).start()
+        with self.lock:
+            self.proc, self.url = proc, f"http://127.0.0.1:{match.group(1)}"
+
+    def restart(self, how: str) -> None:
+        with self.lock:
+            proc, self.url = self.proc, ""
+        proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+        proc.wait(timeout=60)
+        self.restarts[how] += 1
+        self.start()
+
+    def stop(self) -> int:
+        with self.lock:
+            proc, self.url = self.proc, ""
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=60)
+
+
+def _drain_pipe(pipe) -> None:
+    for _ in pipe:
+        pass
+
+
+def _request(url: str, path: str, body: dict | None = None, timeout: float = 10.0):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method="POST" if data else "GET",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status, json.loads(resp.read())
+
+
+def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list, counter,
+           max_messages: int, rng: random.Random) -> None:
+    """Send unique messages to one chat until told to stop; remember the acknowledged."""
+    while not stop.is_set():
+        with counter["lock"]:
+            if counter["n"] >= max_messages:
+                return
+            counter["n"] += 1
+            text = f"m{counter['n']}"
+        url = gw.url
+        if not url:
+            stop.wait(0.05)
+            continue
+        try:
+            status, _ = _request(url, "/v1/messages", {"chat_id": chat, "text": text})
+            if status == 202:
+                accepted.append((chat, text))
+        except (urllib.error.URLError, OSError, ValueError):
+            pass  # not acknowledged: not counted (the process may still have taken it)
+        stop.wait(rng.uniform(0.0, 0.05))
+
+
+def restarter(gw: Gateway, stop: threading.Event, every: tuple[float, float],
+              rng: random.Random) -> None:
+    while not stop.wait(rng.uniform(*every)):
+        how = rng.choice(["kill", "kill", "term"])
+        print(f"soak: restart ({how}) #{sum(gw.restarts.values()) + 1}", file=sys.stderr,
+              flush=True)
+        gw.restart(how)
+
+
+def outbox_texts(url: str, chat: str) -> list[str]:
+    texts, after = [], 0
+    while True:
+        query = urllib.parse.urlencode({"chat_id": chat, "after": after, "limit": 1000})
+        _, data = _request(url, f"/v1/outbox?{query}")
+        if not data["messages"]:
+            return texts
+        texts += [m["text"] for m in data["messages"]]
+        after = data["cursor"]
+
+
+def settle(gw: Gateway, chats: list[str], timeout: float) -> None:
+    """Wait until every chat's session is idle (bounded)."""
+    deadline = time.monotonic() + timeout
+    for chat in chats:
+        key = urllib.parse.quote(f"agent:main:webhook:dm:{chat}", safe="")
+        while time.monotonic() < deadline:
+            try:
+                _, data = _request(gw.url, f"/v1/sessions/{key}")
+            except urllib.error.HTTPError:
+                break  # no session for this chat
+            if not data.get("running") and not data.get("queue_depth"):
+                break
+            time.sleep(0.2)
+
+
+def reconcile(accepted: list[tuple[str, str]], outbox: dict[str, list[str]]) -> dict:
+    answered = lost = duplicated = 0
+    for chat, text in accepted:
+        texts = outbox.get(chat, [])
+        plain = sum(t in (f"echo: {text}", f"resumed: {text}") for t in texts)
+        prefixed = sum(t in (RECOVERED_PREFIX + f"echo: {text}",
+                             RECOVERED_PREFIX + f"resumed: {text}") for t in texts)
+        if plain or prefixed:
+            answered += 1
+        else:
+            lost += 1
+        if plain > 1 or prefixed > 1:
+            duplicated += 1
+    return {"messages": len(accepted), "answered": answered, "lost": lost,
+            "duplicated": duplicated}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--chats", type=int, default=16)
+    parser.add_argument("--max-messages", type=int, default=200_000)
+    parser.add_argument("--restart-min", type=float, default=8.0,
+                        help="shortest time between restarts, seconds")
+    parser.add_argument("--restart-max", type=float, default=30.0)
+    parser.add_argument("--home", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    home = args.home or Path(tempfile.mkdtemp(prefix="hermes-soak-"))
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(CONFIG)
+    gw = Gateway(home)
+    gw.start()
+    stop = threading.Event()
+    accepted: list[tuple[str, str]] = []
+    counter = {"n": 0, "lock": threading.Lock()}
+    chats = [f"soak{i}" for i in range(args.chats)]
+    threads = [threading.Thread(target=client, daemon=True,
+                                args=(gw, c, stop, accepted, counter, args.max_messages,
+                                      random.Random(rng.random())))
+               for c in chats]
+    for t in threads:
+        t.start()
+    restarts = threading.Thread(target=restarter, daemon=True,
+                                args=(gw, stop, (args.restart_min, args.restart_max), rng))
+    restarts.start()
+    started = time.monotonic()
+    while time.monotonic() - started < args.minutes * 60 and counter["n"] < args.max_messages:
+        time.sleep(min(10.0, args.minutes * 60))
+        print(f"soak: {time.monotonic() - started:.0f}s, {len(accepted)} accepted, "
+              f"{sum(gw.restarts.values())} restarts", file=sys.stderr, flush=True)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    restarts.join(timeout=120)
+    # A final stop, then one more start so recovery delivers whatever is owed.
+    gw.stop()
+    gw.start()
+    settle(gw, chats, timeout=120)
+    outbox = {chat: outbox_texts(gw.url, chat) for chat in chats}
+    code = gw.stop()
+    result = reconcile(accepted, outbox)
+    result.update(restarts=sum(gw.restarts.values()), kills=gw.restarts["kill"],
+                  terms=gw.restarts["term"], final_exit=code,
+                  seconds=round(time.monotonic() - started, 1), home=str(home))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print(f"soak: {result['messages']} messages, {result['answered']} answered, "
+          f"{result['lost']} lost, {result['duplicated']} duplicated, "
+          f"{result['restarts']} restarts")
+    return 0 if result["lost"] == 0 and result["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
