@@ -273,6 +273,8 @@ class HttpConfig:
     port: int = _opt(_number(0, integer=True, maximum=65535), 8642)
     token: str | None = _opt(_opt_str, None)
     max_body: int = _opt(_number(1, integer=True), 1_048_576)
+    #: Seconds a request body may take to arrive (slow clients get 408).
+    body_timeout: float = _opt(_number(0.001), 10.0)
     platforms: tuple[str, ...] = _opt(_platform_list, ("webhook", "api_server"))
 
 

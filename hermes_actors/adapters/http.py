@@ -49,7 +49,8 @@ _LINGER_BYTES = 256 * 1024
 _LINGER_SECONDS = 1.0
 _REASONS = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-    405: "Method Not Allowed", 413: "Content Too Large", 422: "Unprocessable Content",
+    405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
+    422: "Unprocessable Content",
     500: "Internal Server Error", 503: "Service Unavailable",
 }  # fmt: skip
 
@@ -73,19 +74,37 @@ def _json(status: int, data: Any, headers: Iterable[tuple[str, str]] = ()) -> _R
 class _Request:
     """One request: its method, decoded path and query, and a capped body reader."""
 
-    def __init__(self, environ: dict[str, Any], max_body: int) -> None:
+    def __init__(self, environ: dict[str, Any], max_body: int,
+                 body_timeout: float | None = None) -> None:
         self.environ = environ
         self.method = environ.get("REQUEST_METHOD", "GET").upper()
         self.path = decode_path(environ.get("PATH_INFO") or "/")
         self.query = environ.get("QUERY_STRING", "")
         self._max_body = max_body
+        self._body_timeout = body_timeout
         self._chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
         declared = environ.get("CONTENT_LENGTH", "").strip()
         #: Whether a body may still sit unread on the connection.
         self.body_pending = self._chunked or (declared not in ("", "0"))
 
     def read_body(self) -> bytes:
-        """The body, at most ``max_body`` bytes: 413 beyond it, read no further than that."""
+        """The body, at most ``max_body`` bytes: 413 beyond it, read no further than that;
+        408 when it does not arrive within ``body_timeout`` seconds (a slow-loris client
+        must not hold a handler forever)."""
+        if not self._body_timeout:
+            return self._read_body()
+        import gevent
+
+        try:
+            with gevent.Timeout(self._body_timeout):
+                return self._read_body()
+        except gevent.Timeout:
+            self.body_pending = False
+            raise RequestError(
+                408, f"request body not received within {self._body_timeout:g} s"
+            ) from None
+
+    def _read_body(self) -> bytes:
         length = parse_content_length(self.environ.get("CONTENT_LENGTH"), self._max_body)
         stream = self.environ["wsgi.input"]
         if length is None:
@@ -167,6 +186,7 @@ class HttpApi:
         self._outbox = outbox
         self._token = settings.token
         self._max_body = int(settings.max_body)
+        self._body_timeout = float(getattr(settings, "body_timeout", 0) or 0) or None
         self._platforms = tuple(settings.platforms)
         #: False while the process drains: new messages are refused with 503.
         self.accepting = True
@@ -188,7 +208,7 @@ class HttpApi:
         request: _Request | None = None
         route = "other"
         try:
-            request = _Request(environ, self._max_body)
+            request = _Request(environ, self._max_body, self._body_timeout)
             route = self._route_name(request.path)
             response = self._handle(request, route)
         except RequestError as exc:

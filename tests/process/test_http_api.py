@@ -200,3 +200,25 @@ class TestBadInput:
         shared_gateway.replies("clamp", 1)
         page = shared_gateway.outbox("clamp", after=0, wait=100000)
         assert [m["text"] for m in page["messages"]] == ["echo: x"]
+
+
+class TestSlowClients:
+    """A slow-loris body gets 408 after http.body_timeout and never stalls other requests."""
+
+    def test_slow_body_times_out_while_others_are_served(self, start_gateway, tmp_path):
+        import socket
+
+        home = tmp_path / "slow"
+        home.mkdir()
+        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
+        gw = start_gateway(home=home)
+        slow = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+        slow.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 100\r\n\r\n{\"chat_id\"")
+        status, _, body = gw.request("GET", "/healthz")
+        assert status == 200, "a slow client must not block the server"
+        gw.post("fast", "hello")
+        head = slow.recv(4096).decode()
+        slow.close()
+        assert head.startswith("HTTP/1.1 408"), head
+        assert "not received within 0.5 s" in head
