@@ -48,6 +48,7 @@ from hermes_actors.runtime.eviction import (
     plan_lru,
     plan_memory,
 )
+from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.memory import MB, MemoryProbe, malloc_trim, resolve_budget
 
 if TYPE_CHECKING:
@@ -323,14 +324,9 @@ class AgentCacheActor(pykka.ThreadingActor):
         agent = slot.agent
         commit = getattr(agent, "commit_memory", None)
         if callable(commit) and self._load_transcript is not None:
-            try:
-                commit(self._load_transcript(slot.session_id))
-            except Exception:  # noqa: BLE001 - a misbehaving agent must not stop the cache
-                log.exception("commit_memory failed session_key=%s", session_key)
-        try:
-            agent.release_clients()
-        except Exception:  # noqa: BLE001
-            log.exception("release_clients failed session_key=%s", session_key)
+            call_agent("commit_memory", session_key,
+                       lambda: commit(self._load_transcript(slot.session_id)))
+        call_agent("release_clients", session_key, agent.release_clients)
         log.debug("evicted session_key=%s reason=%s", session_key, reason)
 
     def _retire(self, session_key: str, slot: _Slot) -> None:
@@ -342,7 +338,4 @@ class AgentCacheActor(pykka.ThreadingActor):
 
     def _close(self, session_key: str, agent: Any) -> None:
         self._closed += 1
-        try:
-            agent.close()
-        except Exception:  # noqa: BLE001
-            log.exception("agent close failed session_key=%s", session_key)
+        call_agent("agent close", session_key, agent.close)

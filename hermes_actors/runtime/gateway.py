@@ -33,6 +33,7 @@ from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
 from hermes_actors.runtime.services import Services
 from hermes_actors.runtime.session_actor import (
+    DrainResult,
     GetStatistics,
     IdleCheck,
     Inbound,
@@ -72,8 +73,12 @@ class Gateway:
         self.adapters = list(adapters)
         self._agent_factory = agent_factory or agent_factory_from_config(self.config)
         self._state = "new"
-        self._gate_lock = threading.Lock()
+        #: Guards the state, the restore gate, held events and in-flight submits.
+        self._lock = threading.Condition()
         self._gate_open = False
+        self._held: list[tuple[str, MessageEvent]] = []
+        self._inflight = 0
+        self._stopping = threading.Event()
         self._store: SessionStore | None = None
         self._services: Services | None = None
         self._router: SessionRouter | None = None
@@ -139,19 +144,23 @@ class Gateway:
             submit_internal=self._submit_internal,
             try_retire=self._router.try_retire,
             on_turn_succeeded=self._on_turn_succeeded,
+            stopping=self._stopping,
         )
         self._supervisor = SupervisorActor.start(
             self.home, self._store, self.config, self.clock, delivery
         ).proxy()
+        # The previous run's unconsumed events are read before any new submit is accepted;
+        # what arrives during recovery is held (durable already) and dispatched after them.
+        previous = self._store.pending_inbox()
         self._state = "running"
         report, candidates = self._supervisor.recover().get()
         self._counted = self._supervisor.counted_keys().get()
-        with self._gate_lock:
-            pending = self._store.pending_inbox()
-            events, report.resumed = plan_startup_dispatch(candidates, pending)
-            for key, event in events:
+        with self._lock:
+            events, report.resumed = plan_startup_dispatch(candidates, previous)
+            for key, event in events + self._held:
                 self._dispatch(key, event)
-            report.replayed_inbox = len(pending)
+            report.replayed_inbox = len(previous)
+            self._held.clear()
             self._gate_open = True
         self._schedule = HousekeepingSchedule(self.config.housekeeping, self.clock.monotonic())
         if isinstance(self.clock, SystemClock):
@@ -165,64 +174,99 @@ class Gateway:
         and mark the rest for resumption, flush state and write ``.clean_shutdown``.
 
         Called again with ``drain_timeout=0`` while a stop drains (a second SIGINT), it cuts
-        the drain short: running turns are interrupted and marked at once.
+        the drain short: running turns are interrupted and marked at once. Every step runs
+        even when an earlier one fails (full disk, a hung agent), and the marker is always
+        attempted last.
         """
-        if self._state == "stopping" and drain_timeout == 0:
-            log.warning("forced stop: interrupting running turns now")
-            self._turns.cut()
-            return
-        if self._state != "running":
-            return
-        self._state = "stopping"
+        with self._lock:
+            if self._state == "stopping" and drain_timeout == 0:
+                log.warning("forced stop: interrupting running turns now")
+                self._turns.cut()
+                return
+            if self._state != "running":
+                return
+            self._state = "stopping"
+            self._stopping.set()
+            # Submits already past the state check finish their dispatch first, so every
+            # accepted event either reached an actor told to stop accepting, or stays in the
+            # inbox for the next start.
+            self._lock.wait_for(lambda: self._inflight == 0, timeout=10.0)
         if self._watcher is not None:
             self._watcher.stop()
         timeout = self.config.restart_drain_timeout if drain_timeout is None else drain_timeout
+        reason = "restart_timeout" if restarting else "shutdown_timeout"
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("drain", lambda: self._drain(timeout, reason)),
+            ("delegations", self._services.delegations.cancel_all),
+            ("actors", self._router.stop_all),
+            ("notices", self._services.notices.stop),
+            ("agents", lambda: self._services.cache.close_all().get(timeout=30)),
+            ("cache", lambda: self._services.cache.actor_ref.stop(timeout=10)),
+            ("store", self.store.close),
+            ("marker", lambda: self._supervisor.write_clean_shutdown().get(timeout=30)),
+            ("supervisor", lambda: self._supervisor.actor_ref.stop(timeout=10)),
+        ]
+        for name, step in steps:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - the remaining steps must still run
+                log.exception("stop step %s failed", name)
+        self._state = "stopped"
+
+    def _drain(self, timeout: float, reason: str) -> None:
         router = self._router
         for future in router.broadcast(StopAccepting()):
             _get(future)
         interrupted: list[str] = []
-        reason = "restart_timeout" if restarting else "shutdown_timeout"
         if not self._turns.wait_idle(timeout):
             interrupted = [k for k in self._running_keys()
                            if router.ask(k, InterruptTurn(reason))]
-        self._supervisor.drain_finished(interrupted, reason).get()
-        self._turns.wait_idle(10.0)
-        self._services.delegations.cancel_all()
-        router.stop_all()
-        self._services.notices.stop()
-        self._services.cache.close_all().get(timeout=30)
-        self._services.cache.actor_ref.stop()
-        self.store.close()
-        self._supervisor.write_clean_shutdown().get()
-        self._supervisor.actor_ref.stop()
-        self._state = "stopped"
+            self._turns.wait_idle(10.0)
+        # Only turns that did not complete after all are resumed next start.
+        unfinished = [k for k in interrupted if router.ask(k, DrainResult()) != "completed"]
+        self._supervisor.drain_finished(unfinished, reason).get()
 
     # -- messages -------------------------------------------------------------------------
 
     def submit(self, event: MessageEvent) -> str:
         """Accept an inbound message: durable first, then routed to its session actor.
 
-        Non-blocking with respect to the turn; returns the event id.
+        Non-blocking with respect to the turn; returns the event id. During startup recovery
+        the event is held (already durable) and dispatched right after the recovered work.
         """
         if not isinstance(event, MessageEvent):
             raise TypeError("submit() takes a MessageEvent")
-        if self._state != "running":
-            raise HermesActorsError("the gateway is not running: messages are not accepted")
-        key = self.store.session_key_for(event.source)
-        if event.internal:
-            self._dispatch(key, event)
-            return event.event_id
-        with self._gate_lock:
-            self.store.accept_event(key, event)
-            if self._gate_open:
-                self._dispatch(key, event)
+        with self._lock:
+            if self._state != "running":
+                raise HermesActorsError("the gateway is not running: messages are not accepted")
+            self._inflight += 1
+        try:
+            self._accept(event)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._lock.notify_all()
         return event.event_id
 
+    def _accept(self, event: MessageEvent) -> None:
+        key = self.store.session_key_for(event.source)
+        self.store.accept_event(key, event)
+        with self._lock:
+            if self._gate_open or (event.internal and self._state == "running"):
+                self._dispatch(key, event)  # internal wake-ups bypass the restore gate
+            elif self._state == "running":
+                self._held.append((key, event))
+
     def _submit_internal(self, event: MessageEvent) -> None:
-        if self._state == "running":
-            self._dispatch(self.store.session_key_for(event.source), event)
-        else:
-            log.info("internal wake-up dropped: gateway stopping")
+        """A delegation completion: durable even while stopping (replayed next start)."""
+        if self._state not in ("running", "stopping"):
+            log.warning("internal wake-up dropped: the gateway is stopped")
+            return
+        try:
+            self._accept(event)
+        except Exception:  # noqa: BLE001 - the store may be closing under a late completion
+            log.exception("internal wake-up could not be recorded")
 
     def _dispatch(self, key: str, event: MessageEvent) -> None:
         self._tracker.add()

@@ -36,9 +36,8 @@ class Queued:
 
     @classmethod
     def of(cls, event: MessageEvent, kind: Kind) -> Queued:
-        """Wrap one event; internal events cover no inbox row."""
-        ids = () if event.internal else (event.event_id,)
-        return cls(event, kind, ids)
+        """Wrap one event (its inbox row is consumed when its turn starts)."""
+        return cls(event, kind, (event.event_id,))
 
 
 def _merge(first: Queued, second: Queued) -> Queued:

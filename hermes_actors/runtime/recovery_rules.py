@@ -66,14 +66,16 @@ def judge_marker(entry: SessionEntry, reply: str | None, now: float,
     two runs cannot make a fresh marker look old or an old one fresh.
     """
     started = entry.active_turn_started_at
-    if started is None or now - epoch(started) > max_age:
-        return MarkerVerdict("expire")
+    if started is None or now - epoch(started) > max_age or entry.expiry_finalized:
+        return MarkerVerdict("expire")  # a finalized boundary is never reopened
     if reply is not None and reply.strip():
         if is_silence_marker(reply):
             if entry.active_turn_internal:
                 return MarkerVerdict("nothing")
             return MarkerVerdict("deliver", SILENCE_NOTICE, "notice")
         return MarkerVerdict("deliver", reply, "recovered")
+    if entry.suspended:
+        return MarkerVerdict("expire")  # its next message starts a fresh session anyway
     return MarkerVerdict("resume")
 
 
@@ -100,7 +102,7 @@ def auto_continue_candidates(
     """Sessions to auto-continue: resumable reason, not suspended, reachable, fresh."""
     out = []
     for entry in entries:
-        if not entry.resume_pending or entry.suspended:
+        if not entry.resume_pending or entry.suspended or entry.expiry_finalized:
             continue
         if entry.resume_reason not in AUTO_RESUME_REASONS or entry.origin is None:
             continue
@@ -125,7 +127,9 @@ def plan_startup_dispatch(
     ordered events and the resumed session keys.
     """
     pending = list(pending)
-    waiting = {key for key, _ in pending}
+    # The note rides only on a waiting message that becomes a turn: a human message that is
+    # not a command, or a /queue with a prompt (a /status would swallow it).
+    waiting = {key for key, event in pending if _becomes_turn(event)}
     notes: dict[str, str] = {}
     wakeups: list[tuple[str, MessageEvent]] = []
     resumed: list[str] = []
@@ -143,8 +147,15 @@ def plan_startup_dispatch(
     replay = []
     for key, event in pending:
         metadata = {**event.metadata, "replayed": True}
-        note = notes.pop(key, None)
+        note = notes.pop(key, None) if _becomes_turn(event) else None
         if note is not None:
             metadata["recovery_note"] = note
         replay.append((key, replace(event, metadata=metadata)))
     return wakeups + replay, resumed
+
+
+def _becomes_turn(event: MessageEvent) -> bool:
+    if event.internal:
+        return False
+    command = event.command
+    return command is None or (command.name == "queue" and bool(command.args))

@@ -30,10 +30,13 @@ class SessionRouter:
         self._actors: dict[str, pykka.ActorRef] = {}
         self.started = 0
         self.retired = 0
+        self._closed = False
 
     def tell(self, session_key: str, message: Any) -> None:
         """Deliver ``message`` to the session's actor, starting one if none is live."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the gateway's session actors are stopped")
             for _ in range(2):
                 ref = self._actors.get(session_key)
                 if ref is None:
@@ -92,8 +95,9 @@ class SessionRouter:
         return futures
 
     def stop_all(self, timeout: float = 10) -> None:
-        """Stop every live actor."""
+        """Stop every live actor; no new actor starts after this."""
         with self._lock:
+            self._closed = True
             refs = list(self._actors.values())
             self._actors.clear()
         for ref in refs:

@@ -7,6 +7,7 @@ except through messages and the store.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,4 +48,6 @@ class Services:
     try_retire: Callable[..., bool]
     #: Called with the session key after every successful turn (resets stuck counters).
     on_turn_succeeded: Callable[[str], None]
+    #: Set when the gateway stops: no actor starts a new turn from then on.
+    stopping: threading.Event
     system_prompt: str = DEFAULT_SYSTEM_PROMPT

@@ -32,6 +32,7 @@ __all__ = [
     "InterruptTurn",
     "TurnDone",
     "GetStatistics",
+    "DrainResult",
 ]
 
 log = logging.getLogger("hermes_actors.session")
@@ -90,6 +91,12 @@ class InterruptTurn:
 
 
 @dataclass(frozen=True)
+class DrainResult:
+    """Answered with the status of the turn a drain interrupted (``"running"`` while it
+    still runs), or ``None`` when the drain interrupted nothing here."""
+
+
+@dataclass(frozen=True)
 class GetStatistics:
     """Answered with a :class:`SessionStatistics`."""
 
@@ -128,6 +135,7 @@ class SessionActor(pykka.ThreadingActor):
         self._acked_interrupt = False
         self._turns = 0
         self._warned_unreachable = False
+        self._drain_status: str | None = None
         self._last_activity = services.clock.monotonic()
 
     # -- mailbox --------------------------------------------------------------------------
@@ -170,8 +178,11 @@ class SessionActor(pykka.ThreadingActor):
         elif isinstance(message, InterruptTurn):
             if self.running is None:
                 return False
+            self._drain_status = "running"
             self.running.interrupt(message.reason)
             return True
+        elif isinstance(message, DrainResult):
+            return self._drain_status
         return None
 
     def statistics(self) -> SessionStatistics:
@@ -203,7 +214,8 @@ class SessionActor(pykka.ThreadingActor):
         ):
             self._followup_interrupt(event)
         else:
-            self._enqueue_capped(Queued.of(event, "queued"), event)
+            # Queue mode: FIFO like /queue, but still a follow-up (§17.43: /stop drops it).
+            self._enqueue_capped(Queued.of(event, "followup"), event)
         self._maybe_start()
 
     def _enqueue_replayed(self, event: MessageEvent) -> None:
@@ -212,7 +224,7 @@ class SessionActor(pykka.ThreadingActor):
         if self._s.config.busy_input_mode == "interrupt":
             self.queue.merge_followup(Queued.of(event, "followup"))
         else:
-            self.queue.enqueue_fifo(Queued.of(event, "queued"))
+            self.queue.enqueue_fifo(Queued.of(event, "followup"))
 
     def _followup_interrupt(self, event: MessageEvent) -> None:
         self.queue.merge_followup(Queued.of(event, "followup"))
@@ -230,6 +242,8 @@ class SessionActor(pykka.ThreadingActor):
             self._consume(event.event_id, reason="rejected")
             return
         self.queue.enqueue_fifo(item)
+        if event.metadata.get("replayed"):
+            return  # acknowledged before the restart already
         depth = self.queue.depth
         self._notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)")
 
@@ -290,7 +304,7 @@ class SessionActor(pykka.ThreadingActor):
     # -- turns ----------------------------------------------------------------------------
 
     def _maybe_start(self) -> None:
-        if self.running is not None or not self._accepting:
+        if self.running is not None or not self._accepting or self._s.stopping.is_set():
             return
         item = self.queue.take_next()
         if item is None:
@@ -324,6 +338,8 @@ class SessionActor(pykka.ThreadingActor):
             return
         self.running = None
         self._s.turns.done()
+        if self._drain_status == "running":
+            self._drain_status = message.outcome.status
         self._turns += 1
         self._last_activity = self._s.clock.monotonic()
         self._maybe_start()

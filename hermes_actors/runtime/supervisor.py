@@ -122,8 +122,11 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._delivery.record(entry.session_key, entry.origin, verdict.content,
                                       verdict.kind, entry.active_turn_token)
                 recovered += verdict.kind == "recovered"
-            elif verdict.action == "resume" and not entry.resume_pending:
-                store.mark_resume_pending(entry.session_key, "restart_interrupted")
+            elif verdict.action == "resume":
+                # An existing, more specific reason is kept; the mark time is refreshed so
+                # this fresh interruption passes the freshness test.
+                reason = entry.resume_reason if entry.resume_pending else None
+                store.mark_resume_pending(entry.session_key, reason or "restart_interrupted")
             store.clear_turn_active(entry.session_key, entry.active_turn_token)
             crashpoint("during_recovery")
         return recovered
@@ -166,10 +169,10 @@ class SupervisorActor(pykka.ThreadingActor):
     def sweep_ledger(self) -> int:
         """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed."""
         sent = 0
-        me = os.getpid()
+        # A row a live worker of this very process is sending is refused by ledger_claim
+        # (owner pid AND process start time), so a crashed process with a reused pid (pid 1
+        # in a container) does not hide its rows from redelivery.
         for row in self._store.ledger_rows(("pending", "attempting", "failed")):
-            if row["state"] == "attempting" and row.get("owner_pid") == me:
-                continue  # a live worker of ours is sending it right now
             try:
                 target = SessionSource(row["platform"], chat_id=row["chat_id"],
                                        thread_id=row["thread_id"])

@@ -23,8 +23,10 @@ from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import Delegation, format_completion
 from hermes_actors.runtime.eviction import should_check_pressure
+from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
+from hermes_actors.store.runtime_api import SessionRotatedError
 
 __all__ = ["FAILED_NOTICE", "RunningTurn", "TurnOutcome", "run_turn"]
 
@@ -55,6 +57,8 @@ class RunningTurn:
     started: float = 0.0
     interrupted: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None
+    #: Set once ``begin_turn`` committed (the inbox rows are consumed from then on).
+    began: bool = False
     agent: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,10 +87,7 @@ class _NotRun(Exception):
 
 
 def _safe_interrupt(agent: Any, reason: str | None) -> None:
-    try:
-        agent.interrupt(reason)
-    except Exception:  # noqa: BLE001 - an agent bug must not break /stop
-        log.exception("agent.interrupt raised")
+    call_agent("agent.interrupt", "-", agent.interrupt, reason)
 
 
 def _compose_message(event: MessageEvent, shared: bool) -> str:
@@ -108,12 +109,15 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
     except Exception as exc:  # noqa: BLE001 - the actor must always hear back
         log.exception("turn failed outside the agent session_key=%s", session_key)
         try:
+            if not turn.began and turn.item.event_ids:
+                # Told it failed, the user resends: never replay it later on top of that.
+                services.store.consume_events(list(turn.item.event_ids), "failed")
             services.delivery.send_owed(
                 session_key, event.source, FAILED_NOTICE.format(type(exc).__name__),
                 "notice", f"error:{event.event_id}",
             )
         except Exception:  # noqa: BLE001
-            log.exception("could not deliver the failure notice session_key=%s", session_key)
+            log.exception("could not settle the failed turn session_key=%s", session_key)
         return TurnOutcome("failed")
 
 
@@ -126,6 +130,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     if internal and bound and bound != session_id:
         # A wake-up of a session /new closed: record it where it belongs, do not run it.
         store.append_message(bound, {"role": "system", "content": event.text})
+        store.consume_events(list(turn.item.event_ids), "closed_session")
         return TurnOutcome("skipped", bound)
     shared = is_shared_multi_user_session(
         event.source,
@@ -137,37 +142,45 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         event.source, config, entry,
         connected_platforms=["local", *services.delivery.connected_platforms()],
     )
-    agent = services.cache.checkout(key, session_id).get()
-    if agent is None:
-        agent = services.agent_factory(context)
-    turn.attach(agent)
-    persisted = False
+    history = store.load_transcript(session_id)
     try:
-        history = store.load_transcript(session_id)
         token = store.begin_turn(
             key, session_id,
             user_message={"role": "user", "content": message},
             event_ids=turn.item.event_ids, internal=internal,
         )
-        crashpoint("after_turn_marked")
-        crashpoint("after_user_persisted")
-        request = TurnRequest(
-            session_key=key,
-            session_id=session_id,
-            message=message,
-            history=history,
-            context=context,
-            system_prompt=services.system_prompt + "\n\n" + build_session_context_prompt(
-                context, redact_pii=config.privacy.redact_pii
-            ),
-            internal=internal,
-            media_urls=event.media_urls,
-            _emit=lambda m: store.append_message(session_id, m, turn_token=token),
-            _delegate=lambda fn, label="task": _delegate(services, key, session_id, event, fn,
-                                                         label),
-        )
-        error: BaseException | None = None
+    except SessionRotatedError:
+        # /new or /reset won the race: the turn it interrupted never starts.
+        store.consume_events(list(turn.item.event_ids), "dropped")
+        return TurnOutcome("skipped", session_id)
+    turn.began = True
+    crashpoint("after_turn_marked")
+    crashpoint("after_user_persisted")
+    agent = None
+    persisted = False
+    error: BaseException | None = None
+    result = TurnResult(None, "failed")
+    try:
         try:
+            agent = services.cache.checkout(key, session_id).get()
+            if agent is None:
+                agent = services.agent_factory(context)
+            turn.attach(agent)
+            request = TurnRequest(
+                session_key=key,
+                session_id=session_id,
+                message=message,
+                history=history,
+                context=context,
+                system_prompt=services.system_prompt + "\n\n" + build_session_context_prompt(
+                    context, redact_pii=config.privacy.redact_pii
+                ),
+                internal=internal,
+                media_urls=event.media_urls,
+                _emit=lambda m: store.append_message(session_id, m, turn_token=token),
+                _delegate=lambda fn, label="task": _delegate(services, key, session_id, event,
+                                                             fn, label),
+            )
             if turn.interrupted.is_set():
                 # Interrupted before the agent began (/stop, a follow-up, a drain): the user
                 # message is in the transcript, the agent is not run.
@@ -183,16 +196,19 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         _settle(services, key, session_id, token, event, result, error)
         persisted = True
     finally:
-        # An agent whose turn was not fully persisted is never released by the cache.
-        # Waited for, so wait_idle() also covers the cap evictions this checkin triggers.
-        services.cache.checkin(key, session_id, agent, persisted=persisted).get()
+        if agent is not None:
+            # An agent whose turn was not fully persisted is never released by the cache.
+            # Waited for, so wait_idle() also covers the evictions this checkin triggers.
+            services.cache.checkin(key, session_id, agent, persisted=persisted).get()
     grown = len(message.encode()) + len((result.reply or "").encode())
     if should_check_pressure(grown):
         services.cache.check_pressure()
     if result.status == "completed" and error is None:
-        if entry.resume_pending:
-            store.clear_resume_pending(key)
-        services.on_turn_succeeded(key)
+        try:
+            store.clear_resume_pending(key)  # no write unless the flag is set
+            services.on_turn_succeeded(key)
+        except Exception:  # noqa: BLE001 - the answer went out; bookkeeping is logged
+            log.exception("post-turn bookkeeping failed session_key=%s", key)
     return TurnOutcome(result.status, session_id)
 
 

@@ -36,7 +36,12 @@ from hermes_actors.store.ops import (
 from hermes_actors.store.outbox import OutboxStoreMethods
 from hermes_actors.store.transcript import normalize_message
 
-__all__ = ["RuntimeStoreMethods"]
+__all__ = ["RuntimeStoreMethods", "SessionRotatedError"]
+
+
+class SessionRotatedError(StoreError):
+    """The session key routes to another session id than the one a turn started in."""
+
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +114,10 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         """Start a turn in ONE transaction: set the durable turn marker (new token), append
         ``user_message`` tagged with the token, consume ``event_ids`` (reason ``turn``).
 
-        Returns the token. Raises :class:`StoreError` for an unknown key and ``ValueError``
-        for a malformed message (nothing is written then).
+        Returns the token. Raises :class:`StoreError` for an unknown key,
+        :class:`SessionRotatedError` when the key no longer routes to ``session_id`` (compare-
+        and-swap: a turn never marks a session it did not start in), and ``ValueError`` for a
+        malformed message (nothing is written then).
         """
         validate_session_id(session_id)
         ids = tuple(event_ids)
@@ -119,6 +126,11 @@ class RuntimeStoreMethods(OutboxStoreMethods):
             entry = self._entries.get(session_key)
             if entry is None:
                 raise StoreError(f"no session with key {session_key!r}")
+            if entry.session_id != session_id:
+                raise SessionRotatedError(
+                    f"session {session_key!r} moved to {entry.session_id} (a /new or /reset) "
+                    f"before the turn on {session_id} began"
+                )
             token = uuid.uuid4().hex
             marked = replace(
                 entry,

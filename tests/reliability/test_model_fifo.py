@@ -56,7 +56,7 @@ class Model:
                     self.overflow.insert(0, self.slot)
                 self.slot = ("followup", [text])
         elif self.depth() < CAP:
-            self.fifo(("queued", [text]))
+            self.fifo(("followup", [text]))  # queue mode: FIFO, but still a follow-up
 
     def queue(self, text: str) -> None:
         if not self.running and self.depth() == 0:

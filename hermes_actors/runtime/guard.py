@@ -1,0 +1,27 @@
+"""``call_agent``: run agent code inside an actor without letting it take the actor down.
+
+pykka stops *every* actor of the process when a handler lets a ``BaseException`` escape, so
+a ``SystemExit`` or a leaked timeout from agent code must stop at the call. Only
+``GreenletExit`` (gevent killing this very greenlet) passes through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["call_agent"]
+
+log = logging.getLogger("hermes_actors.agent")
+
+
+def call_agent(what: str, session_key: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; any failure is logged with ``what`` and the key, and gives ``None``."""
+    try:
+        return fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - see the module docstring
+        if type(exc).__name__ == "GreenletExit":
+            raise
+        log.exception("%s failed session_key=%s", what, session_key)
+        return None

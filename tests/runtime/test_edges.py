@@ -1,0 +1,266 @@
+"""Edge cases of stop, recovery and failure paths (each once a real bug)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from hermes_actors import (
+    Gateway,
+    InMemoryAdapter,
+    MessageEvent,
+    SessionSource,
+    TurnResult,
+    load_config,
+)
+from hermes_actors.model.entry import SessionEntry
+from hermes_actors.runtime import supervisor as supervisor_module
+from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
+from hermes_actors.store.runtime_api import SessionRotatedError
+from hermes_actors.store.store import SessionStore
+from hermes_actors.testing import FakeClock, Gates, ScriptedAgent
+
+SRC = SessionSource("telegram", chat_id="42", user_id="7")
+KEY = "agent:main:telegram:dm:42"
+
+
+def gateway(home, factory=None, clock=None, **config):
+    adapter = InMemoryAdapter("telegram")
+    gw = Gateway(home, config=load_config(config, env={}), adapters=[adapter],
+                 agent_factory=factory or (lambda ctx: ScriptedAgent()), clock=clock)
+    gw.start()
+    return gw, adapter
+
+
+def submit(gw, text, internal=False):
+    return gw.submit(MessageEvent(source=SRC, text=text, internal=internal))
+
+
+class TestSubmitRacingStop:
+    """A submit already accepted when stop() begins is answered, now or after restart."""
+
+    def test_in_flight_submit_is_not_lost(self, tmp_path):
+        gw, adapter = gateway(tmp_path)
+        entered, go = threading.Event(), threading.Event()
+        real_accept = gw.store.accept_event
+
+        def slow_accept(key, event):
+            entered.set()
+            assert go.wait(10)
+            return real_accept(key, event)
+
+        gw.store.accept_event = slow_accept
+        sender = threading.Thread(target=submit, args=(gw, "hello"))
+        sender.start()
+        assert entered.wait(10)
+        stopper = threading.Thread(target=gw.stop, kwargs={"drain_timeout": 5})
+        stopper.start()
+        assert gw._stopping.wait(10)
+        go.set()
+        sender.join(10)
+        stopper.join(30)
+        first = adapter.texts()
+        again, adapter2 = gateway(tmp_path)
+        assert again.wait_idle(10)
+        assert first + adapter2.texts() == ["echo: hello"]
+        again.stop()
+
+
+class TestLedgerPidReuse:
+    """An attempting row of a crashed process with our pid (containers) is redelivered."""
+
+    def test_same_pid_other_start_time(self, tmp_path):
+        gw, _ = gateway(tmp_path)
+        gw.stop()
+        store = SessionStore(tmp_path / "sessions")
+        oid = store.ledger_record(session_key=KEY, platform="telegram", chat_id="42",
+                                  thread_id=None, content="owed", kind="reply", token="t1")
+        assert store.ledger_claim(oid, owner_pid=os.getpid(), owner_started_at=1.0)
+        store.close()
+        again, adapter = gateway(tmp_path)
+        assert adapter.texts() == ["♻️ Recovered reply: owed"]
+        again.stop()
+
+
+class _Stubborn:
+    """Finishes its answer even when interrupted (some agents do)."""
+
+    def __init__(self, release: threading.Event, started: threading.Event) -> None:
+        self.release, self.started = release, started
+
+    def run_turn(self, request):
+        self.started.set()
+        self.release.wait(10)
+        return TurnResult("done anyway")
+
+    def interrupt(self, reason=None):
+        self.release.set()
+
+    def release_clients(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class TestDrainOutcome:
+    """A turn that completes after the drain interrupted it is not resumed next start."""
+
+    def test_completed_after_interrupt_is_not_marked(self, tmp_path):
+        release, started = threading.Event(), threading.Event()
+        gw, adapter = gateway(tmp_path, factory=lambda ctx: _Stubborn(release, started))
+        submit(gw, "work")
+        assert started.wait(10)
+        gw.stop(drain_timeout=0.01)
+        assert adapter.texts() == ["done anyway"]
+        store = SessionStore(tmp_path / "sessions")
+        assert store.get(KEY).resume_pending is False
+        store.close()
+
+
+class TestDurableWakeups:
+    """An internal wake-up queued at stop is replayed and run after the restart."""
+
+    def test_queued_wakeup_survives_stop(self, tmp_path):
+        gates = Gates()
+        gw, _ = gateway(tmp_path, factory=lambda ctx: ScriptedAgent(gates=gates))
+        submit(gw, "hold g")
+        assert gates.wait_until_waiting("g")
+        submit(gw, "[delegation task completed] result", internal=True)
+        assert gw.queue_depth(KEY) == 1
+        stopper = threading.Thread(target=gw.stop, kwargs={"drain_timeout": 5})
+        stopper.start()
+        gates.open("g")
+        stopper.join(30)
+        log: list = []
+        again, adapter = gateway(tmp_path, factory=lambda ctx: ScriptedAgent(log=log))
+        assert again.wait_idle(10)
+        assert [(s.message, s.internal) for s in log] == [
+            ("[delegation task completed] result", True)]
+        again.stop()
+
+
+class TestFailureBeforeTurn:
+    """A turn that fails before it began is answered with the notice and not replayed."""
+
+    def test_factory_failure_consumes_event(self, tmp_path):
+        def broken(ctx):
+            raise RuntimeError("no model")
+
+        gw, adapter = gateway(tmp_path, factory=broken)
+        submit(gw, "hello")
+        assert gw.wait_idle(10)
+        assert adapter.texts()[0].startswith("⚠️ The agent failed to answer (RuntimeError)")
+        assert gw.store.pending_inbox() == []
+        gw.stop()
+
+
+class TestRecoveryRules:
+    """Notes ride only on turn-making messages; finalized boundaries are never reopened."""
+
+    def entry(self, **kw):
+        started = datetime.fromtimestamp(1_700_000_000 - 10, tz=timezone.utc)
+        return SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                            active_turn_token="t", active_turn_started_at=started, **kw)
+
+    def test_note_skips_commands(self):
+        marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
+        resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                                 resume_pending=True, resume_reason="restart_interrupted",
+                                 last_resume_marked_at=marked)
+        status = MessageEvent(source=SRC, text="/status")
+        hello = MessageEvent(source=SRC, text="hello")
+        events, resumed = plan_startup_dispatch([resumable], [(KEY, status), (KEY, hello)])
+        assert resumed == [KEY]
+        assert "recovery_note" not in events[0][1].metadata
+        assert "recovery_note" in events[1][1].metadata
+
+    def test_only_command_waiting_gets_a_wakeup(self):
+        marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
+        resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                                 resume_pending=True, resume_reason="restart_interrupted",
+                                 last_resume_marked_at=marked)
+        events, _ = plan_startup_dispatch([resumable],
+                                          [(KEY, MessageEvent(source=SRC, text="/status"))])
+        assert events[0][1].internal and events[0][1].metadata["recovery_note"]
+
+    def test_finalized_and_suspended_expire(self):
+        now = 1_700_000_000.0
+        assert judge_marker(self.entry(expiry_finalized=True), None, now, 3600).action == "expire"
+        assert judge_marker(self.entry(suspended=True), None, now, 3600).action == "expire"
+        assert judge_marker(self.entry(suspended=True), "hi", now, 3600).action == "deliver"
+
+
+class TestStaleResumeRefreshed:
+    """A fresh crash on a session with an old resume flag refreshes the mark and resumes."""
+
+    def test_refresh(self, tmp_path):
+        clock = FakeClock()
+        store = SessionStore(tmp_path / "sessions", clock=clock)
+        store.get_or_create_session(SRC)
+        store.mark_resume_pending(KEY, "shutdown_timeout")
+        clock.advance(7200)
+        store.mark_turn_active(KEY)
+        store.close()
+        gw, adapter = gateway(tmp_path, clock=clock)
+        assert gw.wait_idle(10)
+        assert adapter.texts() and adapter.texts()[0].startswith("resumed:")
+        gw.stop()
+
+
+class TestBookkeepingFailures:
+    """A full disk for restart counters neither fails an answered turn nor the stop."""
+
+    def test_enospc_on_counters(self, tmp_path, monkeypatch):
+        real = supervisor_module.atomic_write_json
+        gw, adapter = gateway(tmp_path, agent={"auto_continue_freshness": 0})
+        gw.stop()
+        (tmp_path / "restart_counts.json").write_text(json.dumps({KEY: 1}))
+
+        def full(path, data, **kw):
+            if str(path).endswith("restart_counts.json"):
+                raise OSError(28, "No space left on device")
+            return real(path, data, **kw)
+
+        monkeypatch.setattr(supervisor_module, "atomic_write_json", full)
+        again, adapter = gateway(tmp_path)
+        submit(again, "hello")
+        assert again.wait_idle(10)
+        assert adapter.texts() == ["echo: hello"]
+        again.stop()
+        assert (tmp_path / ".clean_shutdown").exists()
+
+
+class TestSessionRotated:
+    """begin_turn refuses a session id the key no longer routes to (compare-and-swap)."""
+
+    def test_cas(self, tmp_path):
+        store = SessionStore(tmp_path / "sessions")
+        old = store.get_or_create_session(SRC).session_id
+        store.reset_session(KEY)
+        with pytest.raises(SessionRotatedError):
+            store.begin_turn(KEY, old, user_message={"role": "user", "content": "x"})
+        store.close()
+
+
+class _ExitOnClose(ScriptedAgent):
+    def close(self):
+        raise SystemExit("agent wants out")
+
+
+class TestAgentBaseException:
+    """A SystemExit from agent cleanup does not stop the cache or any other actor."""
+
+    def test_gateway_survives(self, tmp_path):
+        gw, adapter = gateway(tmp_path, factory=lambda ctx: _ExitOnClose())
+        submit(gw, "one")
+        submit(gw, "/new")
+        assert gw.wait_idle(10)
+        submit(gw, "two")
+        assert gw.wait_idle(10)
+        assert adapter.texts()[-1] == "echo: two"
+        gw.stop()
