@@ -38,7 +38,7 @@ from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.degraded import DegradedBackend
 from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.loader import merge_entries
-from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror
+from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror_text
 from hermes_actors.store.ops import AppendMessage, CreateSession, DeleteRouting, PutRouting
 from hermes_actors.store.transcript import normalize_message
 
@@ -49,6 +49,8 @@ log = logging.getLogger("hermes_actors.store")
 #: Seconds between coalesced ``sessions.json`` writes (SQLite mode).
 DEFAULT_MIRROR_INTERVAL = 5.0
 _STRIPES = 64
+#: Serialises an entry dict (one encoder for all: ``json.dumps`` with options builds one a call).
+_entry_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class _SystemClock:
@@ -106,7 +108,9 @@ class StoreCore:
         self._map_lock = threading.Lock()
         self._switch_lock = threading.Lock()
         self._entries: dict[str, SessionEntry] = {}
-        self._mirror_rows: dict[str, dict[str, Any]] = {}
+        #: ``session_key -> entry JSON text``: what the routing row holds, reused verbatim
+        #: by the mirror so that writing it never re-serialises every entry.
+        self._mirror_rows: dict[str, str] = {}
         self._degraded_since: str | None = None
         self._stale_db: SessionDB | None = None
         self._closed = False
@@ -158,11 +162,11 @@ class StoreCore:
                 stack.enter_context(lock)
             yield
 
-    def _mirror_document(self) -> dict[str, Any]:
+    def _mirror_document(self) -> str:
         with self._map_lock:
             rows = dict(self._mirror_rows)
             since = self._degraded_since
-        return render_mirror(rows, since)
+        return render_mirror_text(rows, since)
 
     def _mirror_changed(self) -> None:
         if self.degraded:
@@ -204,22 +208,18 @@ class StoreCore:
         self, ops: list[Any], *, put: list[SessionEntry] = (), delete: list[str] = ()
     ) -> list[Any]:
         """Apply ``ops`` plus routing upserts/deletes as one transaction, then publish."""
-        rows = [(entry, entry.to_dict()) for entry in put]
+        rows = [(entry, _entry_json(entry.to_dict())) for entry in put]
         all_ops = list(ops) + [
-            PutRouting(
-                e.session_key,
-                json.dumps(d, ensure_ascii=False),
-                epoch(e.updated_at) if e.updated_at else self._ts(),
-            )
-            for e, d in rows
+            PutRouting(e.session_key, text, epoch(e.updated_at) if e.updated_at else self._ts())
+            for e, text in rows
         ]
         if delete:
             all_ops.append(DeleteRouting(tuple(delete)))
         results = self._apply(all_ops) if all_ops else []
         with self._map_lock:
-            for entry, data in rows:
+            for entry, text in rows:
                 self._entries[entry.session_key] = entry
-                self._mirror_rows[entry.session_key] = data
+                self._mirror_rows[entry.session_key] = text
             for key in delete:
                 self._entries.pop(key, None)
                 self._mirror_rows.pop(key, None)
@@ -245,9 +245,17 @@ class StoreCore:
         result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)
         for key, reason in result.skipped:
             log.warning("skipping session entry %r: %s", key, reason)
+        # A database row's text is the entry as committed (``_commit`` wrote it), so the
+        # mirror reuses it; entries taken from the mirror are serialised (and committed).
+        texts = dict(rows)
+        fresh = set(result.from_mirror)
         with self._map_lock:
             self._entries = dict(result.entries)
-            self._mirror_rows = {k: e.to_dict() for k, e in result.entries.items()}
+            self._mirror_rows = {
+                k: texts[k] if k in texts and k not in fresh
+                else _entry_json(e.to_dict())
+                for k, e in result.entries.items()
+            }
         if self.db is not None and result.from_mirror:
             restored = [result.entries[k] for k in result.from_mirror]
             log.warning("restoring %d routing entries from %s", len(restored), MIRROR_NAME)

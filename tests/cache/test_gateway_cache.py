@@ -90,6 +90,7 @@ class TestBoundaries:
     def test_new_closes_and_stop_closes(self, make_harness):
         h = make_harness()
         send(h, "1", "a")
+        h.idle()  # agents are made in turn order only if the turns do not overlap
         send(h, "2", "b")
         h.idle()
         send(h, "1", "/new")

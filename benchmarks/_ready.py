@@ -1,0 +1,38 @@
+"""A gateway process for the recovery scenario: ``python -m benchmarks._ready HOME``.
+
+Patches gevent first (as the standalone process does), starts a ``Gateway`` on ``HOME``
+with an in-memory Telegram adapter and the echo agent, and prints one JSON line the moment
+``start()`` returns (ready: recovery, ledger sweep and auto-continue dispatch done). The
+benchmark kills it right after; nothing is stopped cleanly on purpose.
+"""
+
+import time
+
+_T0 = time.perf_counter()
+
+from gevent import monkey  # noqa: E402
+
+monkey.patch_all()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def main() -> None:
+    """Start the gateway, report, and wait to be killed."""
+    from hermes_actors import EchoAgent, Gateway, InMemoryAdapter, load_config
+
+    imported = time.perf_counter()
+    gw = Gateway(sys.argv[1], config=load_config({}, env={}),
+                 agent_factory=lambda _ctx: EchoAgent(), adapters=[InMemoryAdapter("telegram")])
+    report = gw.start()
+    ready = time.perf_counter()
+    print(json.dumps({"import_s": imported - _T0, "start_s": ready - imported,
+                      "report": report.summary()}), flush=True)
+    sys.stdin.read()  # until the benchmark closes the pipe or kills us
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

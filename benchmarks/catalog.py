@@ -1,0 +1,29 @@
+"""The scenarios by name, in the default order (no imports: the parent reads this)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["SCENARIOS", "Scenario"]
+
+
+class Scenario(NamedTuple):
+    """A scenario the harness can run."""
+
+    #: The name on the command line and in the JSON.
+    name: str
+    #: What it measures, one line.
+    summary: str
+    #: Seconds after which a child run is killed (full mode; quick mode uses a quarter).
+    timeout: float
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("throughput", "sessions x messages through the full runtime, durable", 900),
+    Scenario("latency", "submit -> reply p50/p99 at a fixed offered load", 300),
+    Scenario("fifo", "bursts of /queue during long turns; order verified", 300),
+    Scenario("recovery", "stored sessions + in-flight markers: process start -> ready", 600),
+    Scenario("routing-scale", "cost of one routing change at 1k / 10k / 100k sessions", 600),
+    Scenario("memory", "agents with large transcripts churning under a memory budget", 600),
+    Scenario("actors", "10,000 live sessions: memory per idle session, start cost", 300),
+)

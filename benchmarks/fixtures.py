@@ -1,0 +1,121 @@
+"""Fast fixture databases: many stored sessions written with raw ``sqlite3`` in the real schema.
+
+``SessionDB`` creates the schema (so the fixture is exactly what the gateway opens); the
+rows then go in with ``executemany`` in one transaction and ``synchronous=OFF``, because a
+fixture of 100,000 sessions built through the store would take minutes and measure nothing.
+Entries are real ``SessionEntry.to_dict()`` JSON, varied per session from one template.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["Fixture", "build_state_db", "dm_key", "dm_source", "open_raw"]
+
+_T0 = 1_700_000_000.0
+
+
+def dm_source(n: int) -> Any:
+    """The ``SessionSource`` of session ``n``: a Telegram DM with chat ``n``."""
+    from hermes_actors import SessionSource
+
+    return SessionSource("telegram", chat_id=str(n), user_id=f"u{n}", user_name=f"user {n}")
+
+
+def dm_key(n: int) -> str:
+    """The session key of :func:`dm_source` ``(n)`` (checked against the key builder)."""
+    return f"agent:main:telegram:dm:{n}"
+
+
+def open_raw(path: Path, *, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """A raw connection with the store's pragmas (WAL, foreign keys), autocommit mode."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class Fixture(NamedTuple):
+    """What :func:`build_state_db` wrote."""
+
+    #: The ``state.db`` path.
+    path: Path
+    #: Sessions stored.
+    sessions: int
+    #: Turn markers set (the first ``markers`` sessions).
+    markers: int
+    #: Marked sessions whose reply was persisted (recovery records it in the ledger).
+    replied: int
+
+
+def _template(now: float) -> dict[str, Any]:
+    from hermes_actors.model.entry import SessionEntry
+    from hermes_actors.model.keys import build_session_key
+    from hermes_actors.model.timeutil import from_epoch
+    from hermes_actors.store import lifecycle
+
+    src = dm_source(0)
+    assert build_session_key(src) == dm_key(0), "the fixture's key pattern drifted"
+    entry = lifecycle.fresh_entry(dm_key(0), src, from_epoch(now))
+    assert isinstance(entry, SessionEntry)
+    return entry.to_dict()
+
+
+def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int = 0,
+                   now: float | None = None) -> Fixture:
+    """Write ``<home>/state.db`` with ``sessions`` DM sessions; the first ``markers`` have a
+    fresh turn marker and a persisted user message, the first ``replied`` of those also a
+    persisted final reply."""
+    from hermes_actors.model.timeutil import from_epoch, isoformat
+    from hermes_actors.store import SessionDB
+
+    now = _T0 if now is None else now
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "state.db"
+    SessionDB(path).close()
+    template = _template(now)
+    marker_at = isoformat(from_epoch(now - 60.0))
+    sessions_rows, routing_rows, message_rows = [], [], []
+    for n in range(sessions):
+        entry = copy.deepcopy(template)
+        key, sid = dm_key(n), f"20231114_221320_{n:08x}"
+        entry["session_key"], entry["session_id"] = key, sid
+        entry["origin"]["chat_id"] = str(n)
+        entry["origin"]["user_id"] = f"u{n}"
+        entry["origin"]["user_name"] = f"user {n}"
+        entry["display_name"] = f"user {n}"
+        count = 0
+        if n < markers:
+            token = uuid.UUID(int=n + 1).hex
+            entry["active_turn_token"] = token
+            entry["active_turn_started_at"] = marker_at
+            message_rows.append((sid, "user", f"question {n}", now - 60.0, token, 0))
+            count = 1
+            if n < replied:
+                message_rows.append((sid, "assistant", f"answer {n}", now - 30.0, token, 1))
+                count = 2
+        sessions_rows.append((sid, key, json.dumps(entry["origin"]), now - 3600.0, count))
+        routing_rows.append((key, json.dumps(entry, ensure_ascii=False), now - 3600.0))
+    conn = open_raw(path, synchronous="OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO sessions (id, session_key, source, started_at, message_count)"
+            " VALUES (?, ?, ?, ?, ?)", sessions_rows)
+        conn.executemany(
+            "INSERT INTO routing (session_key, entry, updated_at) VALUES (?, ?, ?)",
+            routing_rows)
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp, turn_token, is_reply)"
+            " VALUES (?, ?, ?, ?, ?, ?)", message_rows)
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return Fixture(path, sessions, min(markers, sessions), min(replied, markers, sessions))

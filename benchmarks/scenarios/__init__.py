@@ -1,0 +1,1 @@
+"""The scenarios, one module each; ``run(quick=..., progress=..., workdir=...)`` -> result."""

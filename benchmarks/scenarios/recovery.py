@@ -1,0 +1,99 @@
+"""``recovery``: N stored sessions, K in-flight turn markers; process start -> ready.
+
+The fixture (:mod:`benchmarks.fixtures`) is a crashed gateway's ``state.db``: no
+``.clean_shutdown``, ``K`` sessions with a fresh turn marker and the user message of that
+turn, half of them with the reply persisted (recovery records those in the ledger and
+delivers them once; the other half are marked for resume and auto-continued).
+
+Figure: the wall time from spawning a gateway process (``python -m benchmarks._ready``,
+gevent-patched like the standalone process) to ``Gateway.start()`` returning, i.e. routing
+loaded, markers judged, ledger swept, auto-continue dispatched. Baseline, same fixture:
+spawning a bare ``python`` that merely reads the same rows with raw ``sqlite3`` (every
+routing row, the in-flight turns' messages, the pending inbox and ledger rows). Both
+include interpreter start; the in-process split (imports, ``start()``) is kept as detail.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.fixtures import build_state_db
+from benchmarks.report import Target, figure
+from benchmarks.util import Progress, scratch_dir
+
+__all__ = ["run"]
+
+#: ``(sessions, markers)``.
+FULL = (100_000, 1_000)
+QUICK = (10_000, 100)
+
+RAW_READ = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+routing = conn.execute("SELECT session_key, entry FROM routing").fetchall()
+turns = conn.execute("SELECT session_id, role, content, turn_token, is_reply FROM messages"
+                     " WHERE turn_token IS NOT NULL").fetchall()
+inbox = conn.execute("SELECT session_key, payload FROM inbox WHERE consumed_at IS NULL"
+                     " ORDER BY seq").fetchall()
+ledger = conn.execute("SELECT * FROM deliveries WHERE state IN"
+                      " ('pending', 'attempting', 'failed')").fetchall()
+print(len(routing), len(turns), len(inbox), len(ledger), flush=True)
+"""
+
+
+def _spawn_until_line(cmd: list[str], timeout: float = 300.0) -> tuple[float, str]:
+    """Seconds from spawning ``cmd`` to its first stdout line, and that line."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        elapsed = time.perf_counter() - started
+        if not line:
+            raise RuntimeError(f"{cmd[1:3]} exited {proc.wait(timeout)} before it was ready")
+    finally:
+        proc.kill()
+        proc.wait(timeout)
+    return elapsed, line.strip()
+
+
+def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, Any]:
+    """Build the fixture, time the raw read (median of 3), then the gateway's start."""
+    sessions, markers = QUICK if quick else FULL
+    with scratch_dir(workdir, "recovery") as base:
+        home = base / "home"
+        progress.update(f"fixture: {sessions:,} sessions, {markers:,} markers", force=True)
+        fixture = build_state_db(home, sessions, markers=markers, replied=markers // 2,
+                                 now=time.time())
+        progress.update("raw sqlite3 read", force=True)
+        raw = [_spawn_until_line([sys.executable, "-c", RAW_READ, str(fixture.path)])
+               for _ in range(3)]
+        raw_s = statistics.median(t for t, _ in raw)
+        expected = f"{sessions} {markers + markers // 2} 0 0"
+        if raw[0][1] != expected:
+            raise RuntimeError(f"the fixture reads as {raw[0][1]!r}, not {expected!r}")
+        progress.update("gateway start", force=True)
+        ready_s, line = _spawn_until_line([sys.executable, "-m", "benchmarks._ready",
+                                           str(home)])
+    detail = json.loads(line)
+    report = detail["report"]
+    want = f"recovered_replies={markers // 2}"
+    if want not in report or f"resumed={markers - markers // 2}" not in report:
+        raise RuntimeError(f"recovery did not judge every marker: {report}")
+    label = f"{sessions:,} sessions, {markers:,} markers"
+    figures = [
+        figure("ready", f"process start → ready, {label}", ready_s, "s", baseline=raw_s,
+               baseline_label="raw sqlite3 read", target=Target("<=", 3.0, on="ratio")),
+        figure("start_call", "  of which Gateway.start()", detail["start_s"], "s"),
+        figure("imports", "  of which interpreter + imports (gevent, hermes_actors)",
+               ready_s - detail["start_s"], "s"),
+    ]
+    return {"figures": figures, "details": {"sessions": sessions, "markers": markers,
+                                            "report": report, "raw_read_runs": raw,
+                                            "import_s": detail["import_s"]}}
+
+

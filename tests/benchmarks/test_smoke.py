@@ -1,0 +1,68 @@
+"""The benchmark harness runs end to end (``--quick``) and reports every scenario as numbers.
+
+No timing is asserted here (SPEC §14): only that each scenario ran in its gevent child,
+and that its figures are numbers a reader and the JSON consumer can use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.catalog import SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The JSON report and the stdout of one quick run."""
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out),
+         "--workdir", str(out.parent)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+class TestQuickRun:
+    """``python -m benchmarks --quick --json FILE`` covers every scenario with numeric figures."""
+
+    def test_every_scenario_ran(self, report):
+        data, _ = report
+        assert data["quick"] is True and data["mode"] == "gevent"
+        assert list(data["scenarios"]) == [s.name for s in SCENARIOS]
+        for name, result in data["scenarios"].items():
+            assert result["ok"], f"{name}: {result['error']}"
+            assert result["figures"], name
+
+    def test_figures_are_numbers(self, report):
+        data, _ = report
+        for name, result in data["scenarios"].items():
+            for fig in result["figures"]:
+                where = f"{name}/{fig['key']}"
+                assert _number(fig["value"]), where
+                assert fig["status"] in ("PASS", "MISS", "info"), where
+                if fig["baseline"] is not None:
+                    assert _number(fig["baseline"]) and _number(fig["ratio"]), where
+                if fig["target"] is not None:
+                    assert fig["status"] != "info", where
+
+    def test_machine_and_tables_are_reported(self, report):
+        data, stdout = report
+        assert data["machine"]["cores"] and data["machine"]["sqlite"]
+        for s in SCENARIOS:
+            assert f"{s.name}: {s.summary}" in stdout
