@@ -28,22 +28,66 @@ class TurnResult:
     usage: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
 class TurnRequest:
-    """Everything one turn needs; built by the runtime for each turn."""
+    """Everything one turn needs; built by the runtime for each turn (immutable).
 
-    session_key: str
-    session_id: str
-    #: The user message (``[sender] `` prefixed in shared sessions, or the recovery note).
-    message: str
-    #: The persisted transcript before this turn, as §17.13 message dicts.
-    history: list[dict[str, Any]]
-    context: SessionContext
-    system_prompt: str
-    internal: bool = False
-    media_urls: tuple[str, ...] = ()
-    _emit: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
-    _delegate: Callable[..., str] | None = field(default=None, repr=False)
+    ``history`` is the persisted transcript before this turn. The runtime passes a loader
+    instead of a list, so the transcript is read from the store only if the agent looks at
+    it: an agent that keeps its own context (or an echo) costs no read per turn.
+    """
+
+    __slots__ = ("session_key", "session_id", "message", "_history", "_load_history",
+                 "context", "system_prompt", "internal", "media_urls", "_emit", "_delegate")
+
+    def __init__(
+        self,
+        session_key: str,
+        session_id: str,
+        message: str,
+        history: list[dict[str, Any]] | None = None,
+        context: SessionContext | None = None,
+        system_prompt: str = "",
+        internal: bool = False,
+        media_urls: tuple[str, ...] = (),
+        *,
+        load_history: Callable[[], list[dict[str, Any]]] | None = None,
+        _emit: Callable[[dict[str, Any]], None] | None = None,
+        _delegate: Callable[..., str] | None = None,
+    ) -> None:
+        setattr_ = object.__setattr__
+        #: The session's routing key.
+        setattr_(self, "session_key", session_key)
+        #: The session id this turn runs in.
+        setattr_(self, "session_id", session_id)
+        #: The user message (``[sender] `` prefixed in shared sessions, or the recovery note).
+        setattr_(self, "message", message)
+        setattr_(self, "_history", None if history is None else list(history))
+        setattr_(self, "_load_history", load_history)
+        #: The session context (source, platforms, home channels, key and id).
+        setattr_(self, "context", context)
+        #: The static prompt plus the rendered session context.
+        setattr_(self, "system_prompt", system_prompt)
+        #: Whether the turn is an internal wake-up (delegation, auto-continue).
+        setattr_(self, "internal", bool(internal))
+        #: Media attached to the message.
+        setattr_(self, "media_urls", tuple(media_urls))
+        setattr_(self, "_emit", _emit)
+        setattr_(self, "_delegate", _delegate)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("TurnRequest is immutable")
+
+    def __repr__(self) -> str:
+        return (f"TurnRequest(session_key={self.session_key!r}, session_id={self.session_id!r}, "
+                f"message={self.message!r}, internal={self.internal!r})")
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The persisted transcript before this turn, as §17.13 message dicts."""
+        if self._history is None:
+            loaded = self._load_history() if self._load_history is not None else []
+            object.__setattr__(self, "_history", list(loaded))
+        return self._history
 
     def emit(self, message: dict[str, Any]) -> None:
         """Persist an intermediate message (tool call, tool result) of this turn now."""

@@ -52,15 +52,14 @@ class SessionSource:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "platform", normalize_platform(self.platform))
-        for f in fields(self):
-            if f.name in ("platform", "is_bot"):
-                continue
-            value = getattr(self, f.name)
-            coerced = _coerce_optional_str(f.name, value)
-            if f.name == "chat_type":
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            coerced = value if value is None or type(value) is str else _coerce_optional_str(
+                name, value)
+            if name == "chat_type":
                 coerced = (coerced or "dm").strip().lower() or "dm"
             if coerced is not value:
-                object.__setattr__(self, f.name, coerced)
+                object.__setattr__(self, name, coerced)
         object.__setattr__(self, "is_bot", bool(self.is_bot))
 
     @property
@@ -86,11 +85,11 @@ class SessionSource:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in field order; ``None`` fields are omitted."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
             if value is None:
                 continue
-            out[f.name] = value
+            out[name] = value
         return out
 
     @classmethod
@@ -100,7 +99,10 @@ class SessionSource:
             raise TypeError("SessionSource.from_dict expects a dict")
         if "platform" not in data:
             raise ValueError("SessionSource needs a 'platform'")
-        known = {f.name for f in fields(cls)}
+        known = _FIELD_SET
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+_FIELD_NAMES = tuple(f.name for f in fields(SessionSource))
+_FIELD_SET = frozenset(_FIELD_NAMES)
+_TEXT_FIELDS = tuple(n for n in _FIELD_NAMES if n not in ("platform", "is_bot"))

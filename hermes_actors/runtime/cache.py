@@ -181,7 +181,8 @@ class AgentCacheActor(pykka.ThreadingActor):
             slot.in_use, slot.last_used = False, now
             slot.session_id, slot.persisted = session_id, persisted
         self._slots.move_to_end(session_key)
-        self._apply(plan_lru(self._items(), self._settings.max_size), "lru")
+        if len(self._slots) > self._settings.max_size:  # planning is not free: only when over
+            self._apply(plan_lru(self._items(), self._settings.max_size), "lru")
 
     # -- boundaries -----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import psutil
 import pykka
@@ -19,12 +20,20 @@ from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
 
-__all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool"]
+__all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 
 log = logging.getLogger("hermes_actors.delivery")
 
 #: Prefix of a reply delivered by recovery after an uncertain attempt (§7).
 RECOVERED_PREFIX = "♻️ Recovered reply: "
+
+
+class Owed(NamedTuple):
+    """A recorded obligation: its ledger id (``None`` with the ledger off, or when the claim
+    was refused) and whether this process already holds it (``attempting``)."""
+
+    id: str | None
+    claimed: bool
 
 
 def _process_started_at() -> float:
@@ -59,17 +68,20 @@ class Delivery:
         return adapter is not None and bool(getattr(adapter, "connected", False))
 
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
-               token: str, *, clear_turn: bool = False) -> str | None:
-        """Record the obligation as ``pending``; returns its id (None with the ledger off).
+               token: str, *, clear_turn: bool = False, claim: bool = True) -> Owed:
+        """Record the obligation; when an adapter can take it now, also claim it for this
+        process in the same transaction (one commit less per reply; a crash before the send
+        then redelivers it once, prefixed, which is the rule for an ``attempting`` row).
 
         ``clear_turn`` clears the session's turn marker (if it still holds ``token``) in the
-        same transaction.
+        same transaction; ``claim=False`` only records (recovery leaves rows to the sweep).
         """
         if not self._ledger:
             if clear_turn:
                 self._store.clear_turn_active(session_key, token)
-            return None
-        return self._store.ledger_record(
+            return Owed(None, claimed=True)
+        claim = claim and self.can_send(target.platform)
+        oid = self._store.ledger_record(
             session_key=session_key,
             platform=target.platform,
             chat_id=target.chat_id,
@@ -78,20 +90,29 @@ class Delivery:
             kind=kind,
             token=token,
             clear_turn=clear_turn,
+            claim_for=(self.owner_pid, self.owner_started_at) if claim else None,
         )
+        if oid is None:  # the claim was refused: someone else owns or finished it
+            return Owed(None, claimed=False)
+        return Owed(oid, claimed=claim)
 
-    def attempt(self, obligation_id: str | None, target: SessionSource, text: str) -> bool:
-        """Claim the obligation, send, and mark ``delivered`` or ``failed``.
+    def attempt(self, owed: Owed | str | None, target: SessionSource, text: str) -> bool:
+        """Claim the obligation (unless already claimed), send, and mark ``delivered`` or
+        ``failed``. A bare obligation id is claimed first.
 
         Returns False without spending an attempt when no connected adapter serves the
         platform (the row stays ``pending`` for a later sweep) or another live process owns it.
         """
+        if not isinstance(owed, Owed):
+            owed = Owed(owed, claimed=owed is None and not self._ledger)
+        if owed.id is None and self._ledger:
+            return False  # refused at record time
         adapter = self._adapters.get(target.platform)
         if adapter is None or not getattr(adapter, "connected", False):
             log.info("delivery deferred platform=%s reason=not_connected", target.platform)
             return False
-        if obligation_id is not None and not self._store.ledger_claim(
-            obligation_id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
+        if not owed.claimed and not self._store.ledger_claim(
+            owed.id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
         ):
             return False
         try:
@@ -101,9 +122,9 @@ class Delivery:
             log.exception("adapter %s raised while sending", target.platform)
             ok, error = False, f"{type(exc).__name__}: {exc}"
         crashpoint("after_send_before_delivered")
-        if obligation_id is not None:
+        if owed.id is not None:
             self._store.ledger_finish(
-                obligation_id, "delivered" if ok else "failed", error=None if ok else error
+                owed.id, "delivered" if ok else "failed", error=None if ok else error
             )
         if not ok:
             log.warning("delivery failed platform=%s error=%s", target.platform, error)
@@ -112,8 +133,8 @@ class Delivery:
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
                   token: str) -> bool:
         """Record then attempt: the path for notices (no turn marker sits between them)."""
-        oid = self.record(session_key, target, content, kind, token)
-        return self.attempt(oid, target, content)
+        return self.attempt(self.record(session_key, target, content, kind, token), target,
+                            content)
 
 
 class _NoticeActor(pykka.ThreadingActor):

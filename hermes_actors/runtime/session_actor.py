@@ -230,6 +230,8 @@ class SessionActor(pykka.ThreadingActor):
         self.queue.merge_followup(Queued.of(event, "followup"))
         if self.running is None or self._s.config.busy_input_mode != "interrupt":
             return
+        if self.running.settled:
+            return  # its answer is already out: this simply runs next, nothing to interrupt
         if not self._acked_interrupt:
             self._acked_interrupt = True
             self._notify(event, INTERRUPT_ACK)

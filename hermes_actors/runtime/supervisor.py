@@ -120,7 +120,7 @@ class SupervisorActor(pykka.ThreadingActor):
         for entry, verdict in verdicts:
             if verdict.action == "deliver" and entry.origin is not None:
                 self._delivery.record(entry.session_key, entry.origin, verdict.content,
-                                      verdict.kind, entry.active_turn_token)
+                                      verdict.kind, entry.active_turn_token, claim=False)
                 recovered += verdict.kind == "recovered"
             elif verdict.action == "resume":
                 # An existing, more specific reason is kept; the mark time is refreshed so

@@ -59,6 +59,8 @@ class RunningTurn:
     reason: str | None = None
     #: Set once ``begin_turn`` committed (the inbox rows are consumed from then on).
     began: bool = False
+    #: Set once the turn's answer is recorded: interrupting it would change nothing.
+    settled: bool = False
     agent: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -124,7 +126,8 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
 def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -> TurnOutcome:
     store, config = services.store, services.config
     internal = event.internal
-    entry = store.get_or_create_session(event.source, touch_activity=not internal)
+    # The activity bump of §6 step 4 rides on begin_turn's routing write (one commit less).
+    entry = store.get_or_create_session(event.source, touch_activity=False)
     session_id = entry.session_id
     bound = event.metadata.get("session_id")
     if internal and bound and bound != session_id:
@@ -142,12 +145,11 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         event.source, config, entry,
         connected_platforms=["local", *services.delivery.connected_platforms()],
     )
-    history = store.load_transcript(session_id)
     try:
         token = store.begin_turn(
             key, session_id,
             user_message={"role": "user", "content": message},
-            event_ids=turn.item.event_ids, internal=internal,
+            event_ids=turn.item.event_ids, internal=internal, touch_activity=not internal,
         )
     except SessionRotatedError:
         # /new or /reset won the race: the turn it interrupted never starts.
@@ -170,7 +172,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 session_key=key,
                 session_id=session_id,
                 message=message,
-                history=history,
+                load_history=lambda: store.load_transcript(session_id, before_turn=token),
                 context=context,
                 system_prompt=services.system_prompt + "\n\n" + build_session_context_prompt(
                     context, redact_pii=config.privacy.redact_pii
@@ -194,6 +196,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
             log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
             error, result = exc, TurnResult(None, "failed")
         _settle(services, key, session_id, token, event, result, error)
+        turn.settled = True
         persisted = True
     finally:
         if agent is not None:
@@ -230,11 +233,11 @@ def _settle(services: Services, key: str, session_id: str, token: str, event: Me
             owed = (reply, "reply")
         elif not event.internal:
             owed = (SILENCE_NOTICE, "notice")
-    oid = None
+    row = None
     if owed is not None:
         # Recording what is owed and clearing the marker are one transaction: recovery never
         # finds a marker whose answer already sits in the ledger (no resume on top of it).
-        oid = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True)
+        row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True)
         crashpoint("after_ledger_recorded")
     else:
         store.clear_turn_active(key, token)
@@ -248,7 +251,7 @@ def _settle(services: Services, key: str, session_id: str, token: str, event: Me
             output_tokens=int(usage.get("output_tokens", 0) or 0),
         )
     if owed is not None:
-        delivery.attempt(oid, event.source, owed[0])
+        delivery.attempt(row, event.source, owed[0])
 
 
 def _delegate(services: Services, key: str, session_id: str, event: MessageEvent, fn,

@@ -279,9 +279,17 @@ class SessionDB:
             for role, content, name, calls, ts, tok in rows
         ]
 
-    def load_messages(self, session_id: str) -> list[dict[str, Any]]:
-        """The transcript of ``session_id`` in order (§17.13 shape)."""
-        return self._read(lambda: self._messages("session_id = ?", (session_id,)))
+    def load_messages(self, session_id: str,
+                      before_turn: str | None = None) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 shape); with ``before_turn``
+        only the messages written before that turn's first one."""
+        if before_turn is None:
+            return self._read(lambda: self._messages("session_id = ?", (session_id,)))
+        return self._read(lambda: self._messages(
+            "session_id = ? AND id < COALESCE((SELECT MIN(id) FROM messages"
+            " WHERE session_id = ? AND turn_token = ?), 9223372036854775807)",
+            (session_id, session_id, before_turn),
+        ))
 
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The last persisted final reply (``is_reply``) of turn ``token``, or ``None``."""

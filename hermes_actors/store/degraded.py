@@ -185,9 +185,12 @@ class DegradedBackend:
         except StoreError:
             return []
 
-    def load_messages(self, session_id: str) -> list[dict[str, Any]]:
-        """The old database's transcript (if readable) followed by the JSONL lines."""
-        return self._previous_messages(session_id) + self._transcripts.load(session_id)
+    def load_messages(self, session_id: str,
+                      before_turn: str | None = None) -> list[dict[str, Any]]:
+        """The old database's transcript (if readable) followed by the JSONL lines (those
+        before turn ``before_turn`` when given)."""
+        return (self._previous_messages(session_id)
+                + self._transcripts.load(session_id, before_turn=before_turn))
 
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The turn's final reply from the JSONL file, else from the old database."""

@@ -69,9 +69,15 @@ class JsonlTranscripts:
                 out.append(record)
         return out
 
-    def load(self, session_id: str) -> list[dict[str, Any]]:
-        """The transcript of ``session_id`` in order (§17.13 shape)."""
-        return [_public(r) for r in self.records(session_id)]
+    def load(self, session_id: str, before_turn: str | None = None) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 shape); with ``before_turn``
+        only the messages written before that turn's first one."""
+        out = []
+        for record in self.records(session_id):
+            if before_turn is not None and record.get("turn_token") == before_turn:
+                break
+            out.append(_public(record))
+        return out
 
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The last final reply recorded for turn ``token``, or ``None``."""

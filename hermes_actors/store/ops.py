@@ -247,8 +247,10 @@ class Backend(Protocol):
         """Every routing row as ``(session_key, entry JSON text)``."""
         ...
 
-    def load_messages(self, session_id: str) -> list[dict[str, Any]]:
-        """A session's transcript in order, in the shape of §17.13."""
+    def load_messages(self, session_id: str,
+                      before_turn: str | None = None) -> list[dict[str, Any]]:
+        """A session's transcript in order, in the shape of §17.13 (only the messages
+        before turn ``before_turn``'s first one, when given)."""
         ...
 
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:

@@ -110,9 +110,11 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         user_message: dict[str, Any] | None = None,
         event_ids: Iterable[str] = (),
         internal: bool = False,
+        touch_activity: bool = False,
     ) -> str:
         """Start a turn in ONE transaction: set the durable turn marker (new token), append
-        ``user_message`` tagged with the token, consume ``event_ids`` (reason ``turn``).
+        ``user_message`` tagged with the token, consume ``event_ids`` (reason ``turn``), and
+        with ``touch_activity`` bump ``updated_at`` (a human turn is user activity).
 
         Returns the token. Raises :class:`StoreError` for an unknown key,
         :class:`SessionRotatedError` when the key no longer routes to ``session_id`` (compare-
@@ -132,11 +134,13 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                     f"before the turn on {session_id} began"
                 )
             token = uuid.uuid4().hex
+            now = self._now()
             marked = replace(
                 entry,
                 active_turn_token=token,
-                active_turn_started_at=self._now(),
+                active_turn_started_at=now,
                 active_turn_internal=bool(internal),
+                updated_at=now if touch_activity else entry.updated_at,
             )
             ops: list[Any] = []
             if msg is not None:
@@ -163,29 +167,37 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         kind: str,
         token: str | None,
         clear_turn: bool = False,
-    ) -> str:
+        claim_for: tuple[int, float] | None = None,
+    ) -> str | None:
         """Record an obligation as ``pending``; returns its id (same inputs → same id, one row).
 
         With ``clear_turn=True`` the session's turn marker is cleared in the same transaction
         when it still holds ``token``: a turn whose answer is owed is settled, and recovery
-        never sees a marker whose obligation already sits in the ledger.
+        never sees a marker whose obligation already sits in the ledger. With
+        ``claim_for=(owner_pid, owner_started_at)`` the row is also claimed (``attempting``)
+        in that transaction, for a sender about to send it; ``None`` is returned when the
+        claim is refused (the row exists and is final or owned by another live process).
         """
         if kind not in ledger.KINDS:
             raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
         if not isinstance(content, str):
             raise ValueError("ledger content must be a string")
         oid = ledger.obligation_id(session_key, token, content)
+        ops: list[Any] = [self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
+                                                 content, kind)]
+        if claim_for is not None:
+            ops.append(LedgerClaim(oid, int(claim_for[0]), float(claim_for[1]), self._ts()))
         if clear_turn and token is not None:
             with self._key_lock(session_key):
                 entry = self._entries.get(session_key)
                 put = []
                 if entry is not None and entry.active_turn_token == token:
                     put = [lifecycle.clear_turn_marker(entry)]
-                self._commit([self._ledger_record_op(oid, session_key, platform, chat_id,
-                                                     thread_id, content, kind)], put=put)
-            return oid
-        self._apply([self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
-                                            content, kind)])
+                results = self._commit(ops, put=put)
+        else:
+            results = self._apply(ops)
+        if claim_for is not None and not results[1]:
+            return None
         return oid
 
     def _ledger_record_op(self, oid, session_key, platform, chat_id, thread_id, content, kind):

@@ -64,9 +64,14 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         with self._map_lock:
             return list(self._entries.values())
 
-    def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
-        """The transcript of ``session_id`` in order (§17.13 message dicts)."""
-        return self._backend.load_messages(validate_session_id(session_id))
+    def load_transcript(self, session_id: str, *,
+                        before_turn: str | None = None) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 message dicts); with
+        ``before_turn`` (a turn token) only what was written before that turn began."""
+        sid = validate_session_id(session_id)
+        if before_turn is None:
+            return self._backend.load_messages(sid)
+        return self._backend.load_messages(sid, before_turn=before_turn)
 
     # -- the state machine (§6) -------------------------------------------------------------
 

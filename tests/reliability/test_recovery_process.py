@@ -74,6 +74,8 @@ class TestCrashPoints:
         assert outbox(first.home) == ["echo: hello", RECOVERED_PREFIX + "echo: hello"]
 
     def test_after_ledger_recorded(self, spawn):
+        # The reply was recorded and claimed (attempting) in one transaction, so the crash
+        # leaves an uncertain attempt: delivered once, with the recovered prefix.
         first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_ledger_recorded"})
         first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
         first.proc.stdin.flush()
@@ -81,7 +83,7 @@ class TestCrashPoints:
         second = spawn()
         second.idle()
         assert second.turns() == []
-        assert outbox(first.home) == ["echo: hello"]
+        assert outbox(first.home) == [RECOVERED_PREFIX + "echo: hello"]
 
     def test_after_user_persisted_resumes(self, spawn):
         first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_user_persisted"})

@@ -10,6 +10,7 @@ import pytest
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.source import SessionSource
 from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
 
 from .conftest import T0, dm
@@ -257,3 +258,18 @@ class TestLedgerRules:
         assert finish_state("failed", attempts=2, created_at=0, now=10) == "failed"
         assert finish_state("failed", attempts=3, created_at=0, now=10) == "abandoned"
         assert finish_state("delivered", attempts=9, created_at=0, now=10**9) == "delivered"
+
+
+class TestHistoryBeforeTurn:
+    """load_transcript(before_turn=token) returns exactly what preceded that turn."""
+
+    def test_excludes_the_turn_and_later(self, store):
+        entry = store.get_or_create_session(SessionSource("telegram", chat_id="42"))
+        sid = entry.session_id
+        store.append_message(sid, {"role": "user", "content": "before"})
+        token = store.begin_turn(entry.session_key, sid,
+                                 user_message={"role": "user", "content": "now"})
+        store.append_message(sid, {"role": "tool", "content": "emitted"}, turn_token=token)
+        history = store.load_transcript(sid, before_turn=token)
+        assert [m["content"] for m in history] == ["before"]
+        assert len(store.load_transcript(sid)) == 3
