@@ -182,7 +182,9 @@ class AgentCacheActor(pykka.ThreadingActor):
             slot.session_id, slot.persisted = session_id, persisted
         self._slots.move_to_end(session_key)
         if len(self._slots) > self._settings.max_size:  # planning is not free: only when over
-            self._apply(plan_lru(self._items(), self._settings.max_size), "lru")
+            lazy = (CacheItem(k, s.last_used, s.in_use, s.persisted)
+                    for k, s in self._slots.items())
+            self._apply(plan_lru(lazy, self._settings.max_size, len(self._slots)), "lru")
 
     # -- boundaries -----------------------------------------------------------------------
 

@@ -119,12 +119,18 @@ def _walk(items: Iterable[CacheItem], limit: int, protected: frozenset[str] = fr
     return EvictionPlan(tuple(victims), tuple(skipped))
 
 
-def plan_lru(items: Sequence[CacheItem], max_size: int) -> EvictionPlan:
+def plan_lru(items: Iterable[CacheItem], max_size: int,
+             size: int | None = None) -> EvictionPlan:
     """Release the least recently used evictable entries until ``max_size`` is met.
 
     When too few entries are evictable the cache stays over its cap until a later checkin.
+    ``items`` may be a lazy iterable in LRU order when ``size`` says how many there are:
+    the walk stops at the last victim, so a checkin at the cap costs O(1), not O(cache).
     """
-    return _walk(items, len(items) - max_size)
+    if size is None:
+        items = list(items)
+        size = len(items)
+    return _walk(items, size - max_size)
 
 
 def plan_idle(items: Sequence[CacheItem], now: float, idle_ttl: float | None) -> EvictionPlan:
