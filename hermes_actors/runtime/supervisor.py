@@ -28,7 +28,7 @@ from hermes_actors.runtime.recovery_rules import (
     next_restart_counts,
     record_boot,
 )
-from hermes_actors.store.atomic import atomic_write_json
+from hermes_actors.store.atomic import atomic_write_json, off_the_hub
 
 __all__ = ["CLEAN_SHUTDOWN", "SupervisorActor", "SupervisorStatistics"]
 
@@ -157,7 +157,7 @@ class SupervisorActor(pykka.ThreadingActor):
         boots = data.get("boots", []) if isinstance(data, dict) else []
         boots, is_storm = record_boot(boots, self._clock.time(), storm.window_seconds,
                                       storm.max_restarts)
-        atomic_write_json(path, {"boots": boots})
+        off_the_hub(atomic_write_json, path, {"boots": boots})
         if is_storm:
             log.warning("restart storm: %d boots with resumable sessions within %gs; "
                         "auto-continue skipped (flags kept)", len(boots), storm.window_seconds)
@@ -204,8 +204,8 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def write_clean_shutdown(self) -> None:
         """The last act of a graceful stop."""
-        atomic_write_json(self._home / CLEAN_SHUTDOWN, {"pid": os.getpid(),
-                                                          "at": self._clock.time()})
+        off_the_hub(atomic_write_json, self._home / CLEAN_SHUTDOWN,
+                    {"pid": os.getpid(), "at": self._clock.time()})
 
     def counted_keys(self) -> frozenset[str]:
         """Session keys with a stuck-loop counter (turn workers report their successes)."""
@@ -223,4 +223,4 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _write_counts(self, counts: dict[str, int]) -> None:
         self._counts = dict(counts)
-        atomic_write_json(self._home / RESTART_COUNTS, self._counts)
+        off_the_hub(atomic_write_json, self._home / RESTART_COUNTS, self._counts)

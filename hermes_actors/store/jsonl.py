@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_actors.model.entry import validate_session_id
+from hermes_actors.store.atomic import off_the_hub
 from hermes_actors.store.transcript import public_message
 
 __all__ = ["JsonlTranscripts", "SUFFIX"]
@@ -41,13 +42,15 @@ class JsonlTranscripts:
     def append(self, session_id: str, records: list[dict[str, Any]]) -> None:
         """Append ``records`` durably (one line each); ``OSError`` when the disk refuses."""
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
-        path = self.path(session_id)
-        with self._lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+        with self._lock:  # taken here: a gevent lock belongs to the hub's thread
+            off_the_hub(self._write, self.path(session_id), data)  # fsync never stalls gevent
+
+    def _write(self, path: Path, data: bytes) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         """Every readable line of ``session_id``'s file, as stored (torn lines skipped)."""

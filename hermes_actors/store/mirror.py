@@ -25,8 +25,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json
-from hermes_actors.store.executor import gevent_threading_patched
+from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json, off_the_hub
 
 #: A JSON string literal of ``str`` (as ``json.dumps(..., ensure_ascii=False)``, faster).
 _quote = encode_basestring
@@ -116,22 +115,6 @@ def render_mirror(rows: dict[str, Any], degraded_since: str | None = None) -> di
     return doc
 
 
-def _off_the_hub(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run blocking file I/O (``fn(*args)``) where it cannot stall every greenlet.
-
-    Under gevent a write and fsync of a large mirror (74 MB at 100,000 sessions) would
-    block the hub, and with it every actor, for tens of milliseconds; there it runs on a
-    native thread of the hub's thread pool while the calling greenlet waits. Plain
-    processes just call it.
-    """
-    if gevent_threading_patched():
-        import gevent
-        from gevent.monkey import get_original
-
-        hub = gevent.get_hub()
-        if hub.thread_ident == get_original("_thread", "get_ident")():
-            return hub.threadpool.apply(fn, args)
-    return fn(*args)
 
 
 def render_mirror_text(rows: dict[str, str], degraded_since: str | None = None) -> str:
@@ -207,7 +190,7 @@ class MirrorWriter:
             try:
                 document = self._document()
                 if isinstance(document, str):
-                    _off_the_hub(atomic_write_bytes, self.path, document.encode("utf-8"))
+                    off_the_hub(atomic_write_bytes, self.path, document.encode("utf-8"))
                 else:
                     atomic_write_json(self.path, document)
             except (OSError, TypeError, ValueError) as exc:

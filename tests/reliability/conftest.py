@@ -72,6 +72,11 @@ class Child:
         self.proc.stdin.flush()
         assert self.expect("IDLE", timeout + 5) == "IDLE true"
 
+    def submit_nowait(self, text: str, **fields) -> None:
+        """Write a message without waiting for its ACK (the process may die first)."""
+        self.proc.stdin.write(json.dumps({"text": text, **fields}) + "\n")
+        self.proc.stdin.flush()
+
     def idle_or_exit(self, timeout: float = 30.0) -> int | None:
         """Ask for idle; returns None once idle, or the exit code if the process died."""
         try:
@@ -131,3 +136,11 @@ def spawn(tmp_path):
         if child.proc.poll() is None:
             child.proc.kill()
             child.proc.wait(timeout=30)
+
+
+def crash_at(spawn, point: str, text: str = "hello") -> Child:
+    """A child armed at ``point`` that is sent ``text`` and has died there (exit 137)."""
+    child = spawn(env={"HERMES_ACTORS_CRASHPOINT": point})
+    child.submit_nowait(text)
+    assert child.wait_exit() == 137, child.seen
+    return child

@@ -19,7 +19,7 @@ from hermes_actors.runtime.crash import CRASH_POINTS
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.turn import FAILED_NOTICE
 
-from .conftest import outbox
+from .conftest import crash_at, outbox
 
 pytestmark = pytest.mark.slow
 KEY = "agent:main:telegram:dm:42"
@@ -49,10 +49,7 @@ def test_crash_matrix(spawn, point, kind):
     env = {"HERMES_ACTORS_CRASHPOINT": point}
     if point == "during_recovery":
         # The point sits in the next boot's recovery: crash mid-turn first, then at it.
-        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_user_persisted"})
-        first.proc.stdin.write(json.dumps({"text": text}) + "\n")
-        first.proc.stdin.flush()
-        assert first.wait_exit() == 137
+        first = crash_at(spawn, "after_user_persisted", text)
         assert spawn(env=env, ready=False).wait_exit() == 137
         recovered = spawn()
         recovered.idle()

@@ -10,7 +10,7 @@ import pytest
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import resume_note
 
-from .conftest import outbox
+from .conftest import crash_at, outbox
 
 pytestmark = pytest.mark.slow
 KEY = "agent:main:telegram:dm:42"
@@ -50,10 +50,7 @@ class TestCrashPoints:
     """Replies persisted or sent before the crash are delivered once, never re-run."""
 
     def test_after_reply_persisted(self, spawn):
-        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_reply_persisted"})
-        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
-        first.proc.stdin.flush()
-        assert first.wait_exit() == 137
+        first = crash_at(spawn, "after_reply_persisted", "hello")
         home = first.home
         assert outbox(home) == []
         second = spawn()
@@ -64,10 +61,7 @@ class TestCrashPoints:
         assert outbox(home) == [RECOVERED_PREFIX + "echo: hello"]
 
     def test_after_send_before_delivered(self, spawn):
-        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_send_before_delivered"})
-        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
-        first.proc.stdin.flush()
-        assert first.wait_exit() == 137
+        first = crash_at(spawn, "after_send_before_delivered", "hello")
         second = spawn()
         second.idle()
         assert second.turns() == []
@@ -76,20 +70,14 @@ class TestCrashPoints:
     def test_after_ledger_recorded(self, spawn):
         # The reply was recorded and claimed (attempting) in one transaction, so the crash
         # leaves an uncertain attempt: delivered once, with the recovered prefix.
-        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_ledger_recorded"})
-        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
-        first.proc.stdin.flush()
-        assert first.wait_exit() == 137
+        first = crash_at(spawn, "after_ledger_recorded", "hello")
         second = spawn()
         second.idle()
         assert second.turns() == []
         assert outbox(first.home) == [RECOVERED_PREFIX + "echo: hello"]
 
     def test_after_user_persisted_resumes(self, spawn):
-        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_user_persisted"})
-        first.proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
-        first.proc.stdin.flush()
-        assert first.wait_exit() == 137
+        crash_at(spawn, "after_user_persisted", "hello")
         second = spawn()
         assert second.report["resumed"] == [KEY]
         second.idle()
