@@ -42,6 +42,11 @@ class Harness:
         return self.gw.submit(MessageEvent(source=src, text=text, internal=True,
                                            metadata=metadata or {}))
 
+    def hold(self, gate: str = "g", command: str = "hold") -> None:
+        """Start a ``hold``/``wait`` turn on ``gate`` and return once it is running."""
+        self.send(f"{command} {gate}")
+        assert self.gates.wait_until_waiting(gate)
+
     def key(self, chat_id: str = "42") -> str:
         return f"agent:main:telegram:dm:{chat_id}"
 

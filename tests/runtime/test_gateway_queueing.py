@@ -18,8 +18,7 @@ class TestQueueCommand:
 
     def test_ten_queue_items_during_a_turn(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         for i in range(10):
             h.send(f"/queue item {i}")
         h.gates.open("g")
@@ -45,8 +44,7 @@ class TestQueueCommand:
 
     def test_queue_cap(self, make_harness):
         h = make_harness(queue_max=2)
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         for i in range(3):
             h.send(f"/queue {i}")
         h.gates.open("g")
@@ -60,8 +58,7 @@ class TestInterruptMode:
 
     def test_followups_merge_and_first_is_acked(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("first")
         h.send("second")
         h.send("third")
@@ -73,8 +70,7 @@ class TestInterruptMode:
 
     def test_followup_displaces_queue_item(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("/queue q1")
         h.send("follow")
         h.gates.open("g")
@@ -87,8 +83,7 @@ class TestQueueMode:
 
     def test_followups_queue_in_order(self, make_harness):
         h = make_harness(busy_input_mode="queue", queue_max=3)
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         for i in range(4):
             h.send(f"m{i}")
         h.gates.open("g")
@@ -110,8 +105,7 @@ class TestStop:
 
     def test_stop_running_turn(self, make_harness):
         h = make_harness()
-        h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g", "wait")
         h.send("/stop")
         h.idle()
         assert h.texts() == [STOPPED]
@@ -121,8 +115,7 @@ class TestStop:
 
     def test_stop_keeps_queue_items(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("/queue q1")
         h.send("/queue q2")
         h.send("follow")
@@ -133,8 +126,7 @@ class TestStop:
 
     def test_wakeup_not_stranded(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("follow")
         h.wake("wake-up")
         h.send("/stop")
@@ -152,8 +144,7 @@ class TestNew:
         h.send("hi")
         h.idle()
         old = h.gw.store.get(h.key()).session_id
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("/queue q1")
         h.wake("wake-up")
         h.send("/new")
@@ -183,8 +174,7 @@ class TestNew:
 
     def test_dropped_events_are_consumed(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.send("/queue q1")
         h.send("/new")
         h.gates.open("g")

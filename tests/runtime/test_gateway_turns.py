@@ -122,8 +122,7 @@ class TestDrain:
 
     def test_deadline_marks_shutdown_timeout(self, make_harness):
         h = make_harness()
-        h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g", "wait")
         h.gw.stop(drain_timeout=0.05)
         assert (h.gw.home / ".clean_shutdown").exists()
         store = SessionStore(h.gw.home / "sessions")
@@ -134,8 +133,7 @@ class TestDrain:
 
     def test_restarting_reason(self, make_harness):
         h = make_harness()
-        h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g", "wait")
         h.gw.stop(drain_timeout=0.05, restarting=True)
         store = SessionStore(h.gw.home / "sessions")
         assert store.get(h.key()).resume_reason == "restart_timeout"
@@ -143,8 +141,7 @@ class TestDrain:
 
     def test_finished_turn_is_not_marked(self, make_harness):
         h = make_harness()
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.gates.open("g")
         h.gw.stop(drain_timeout=10)
         store = SessionStore(h.gw.home / "sessions")

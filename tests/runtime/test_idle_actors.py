@@ -34,8 +34,7 @@ class TestIdleRetirement:
 
     def test_busy_actor_is_not_retired(self, make_harness):
         h = make_harness(session_actor_idle_secs=1)
-        h.send("hold g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g")
         h.clock.advance(10)
         h.gw.housekeeping_tick()
         assert h.gw.stats()["live_sessions"] == 1
@@ -49,8 +48,7 @@ class TestTurnTimeout:
 
     def test_overdue_turn_interrupted(self, make_harness):
         h = make_harness(agent={"timeout": 60})
-        h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        h.hold("g", "wait")
         h.clock.advance(30)
         h.gw.housekeeping_tick()
         assert h.gw.session_statistics(h.key()).running is True
