@@ -163,12 +163,13 @@ def settle(gw: Gateway, chats: list[str], timeout: float) -> None:
 
 
 def reconcile(accepted: list[tuple[str, str]], outbox: dict[str, list[str]]) -> dict:
+    counts = {chat: Counter(texts) for chat, texts in outbox.items()}
     answered = lost = duplicated = 0
     for chat, text in accepted:
-        texts = outbox.get(chat, [])
-        plain = sum(t in (f"echo: {text}", f"resumed: {text}") for t in texts)
-        prefixed = sum(t in (RECOVERED_PREFIX + f"echo: {text}",
-                             RECOVERED_PREFIX + f"resumed: {text}") for t in texts)
+        seen = counts.get(chat, Counter())
+        plain = seen[f"echo: {text}"] + seen[f"resumed: {text}"]
+        prefixed = (seen[RECOVERED_PREFIX + f"echo: {text}"]
+                    + seen[RECOVERED_PREFIX + f"resumed: {text}"])
         if plain or prefixed:
             answered += 1
         else:
