@@ -106,25 +106,47 @@ def _request(url: str, path: str, body: dict | None = None, timeout: float = 10.
 
 
 def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list, counter,
-           max_messages: int, rng: random.Random) -> None:
-    """Send unique messages to one chat until told to stop; remember the acknowledged."""
+           max_messages: int, rng: random.Random, window: int) -> None:
+    """Send unique messages to one chat until told to stop; remember the acknowledged.
+
+    Like a person, a chat does not run arbitrarily far ahead of its answers: at most
+    ``window`` acknowledged messages may be unanswered, then it reads the outbox (a long
+    poll) until answers come back. So the queue cap is never the thing being measured.
+    """
+    unanswered: set[str] = set()
+    cursor = 0
     while not stop.is_set():
+        url = gw.url
+        if not url:
+            stop.wait(0.05)
+            continue
+        if len(unanswered) >= window:
+            try:
+                query = urllib.parse.urlencode({"chat_id": chat, "after": cursor, "wait": 1})
+                _, data = _request(url, f"/v1/outbox?{query}", timeout=15)
+            except (urllib.error.URLError, OSError, ValueError):
+                stop.wait(0.05)
+                continue
+            for line in answers([m["text"] for m in data["messages"]]):
+                line = line.removeprefix(RECOVERED_PREFIX)
+                for head in ("echo: ", "resumed: "):
+                    if line.startswith(head):
+                        unanswered.discard(line[len(head):])
+            cursor = data["cursor"]
+            continue
         with counter["lock"]:
             if counter["n"] >= max_messages:
                 return
             counter["n"] += 1
             text = f"m{counter['n']}"
-        url = gw.url
-        if not url:
-            stop.wait(0.05)
-            continue
         try:
             status, _ = _request(url, "/v1/messages", {"chat_id": chat, "text": text})
             if status == 202:
                 accepted.append((chat, text))
+                unanswered.add(text)
         except (urllib.error.URLError, OSError, ValueError):
             pass  # not acknowledged: not counted (the process may still have taken it)
-        stop.wait(rng.uniform(0.0, 0.05))
+        stop.wait(rng.uniform(0.0, 0.02))
 
 
 def restarter(gw: Gateway, stop: threading.Event, every: tuple[float, float],
@@ -162,8 +184,19 @@ def settle(gw: Gateway, chats: list[str], timeout: float) -> None:
             time.sleep(0.2)
 
 
+def answers(texts: list[str]) -> Counter:
+    """Answer lines: a resumed turn answers the interrupted message and, on its next line,
+    the message its note rode on; the recovered prefix marks a redelivery."""
+    out: Counter = Counter()
+    for text in texts:
+        prefixed = text.startswith(RECOVERED_PREFIX)
+        for line in text.removeprefix(RECOVERED_PREFIX).splitlines():
+            out[(RECOVERED_PREFIX if prefixed else "") + line] += 1
+    return out
+
+
 def reconcile(accepted: list[tuple[str, str]], outbox: dict[str, list[str]]) -> dict:
-    counts = {chat: Counter(texts) for chat, texts in outbox.items()}
+    counts = {chat: answers(texts) for chat, texts in outbox.items()}
     answered = lost = duplicated = 0
     for chat, text in accepted:
         seen = counts.get(chat, Counter())
@@ -184,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--chats", type=int, default=16)
-    parser.add_argument("--max-messages", type=int, default=200_000)
+    parser.add_argument("--max-messages", type=int, default=2_000_000)
+    parser.add_argument("--window", type=int, default=50,
+                        help="unanswered messages a chat may have before it waits")
     parser.add_argument("--restart-min", type=float, default=8.0,
                         help="shortest time between restarts, seconds")
     parser.add_argument("--restart-max", type=float, default=30.0)
@@ -205,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     chats = [f"soak{i}" for i in range(args.chats)]
     threads = [threading.Thread(target=client, daemon=True,
                                 args=(gw, c, stop, accepted, counter, args.max_messages,
-                                      random.Random(rng.random())))
+                                      random.Random(rng.random()), args.window))
                for c in chats]
     for t in threads:
         t.start()
@@ -224,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     # A final stop, then one more start so recovery delivers whatever is owed.
     gw.stop()
     gw.start()
-    settle(gw, chats, timeout=120)
+    settle(gw, chats, timeout=600)
     outbox = {chat: outbox_texts(gw.url, chat) for chat in chats}
     code = gw.stop()
     result = reconcile(accepted, outbox)

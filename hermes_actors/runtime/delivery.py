@@ -68,17 +68,21 @@ class Delivery:
         return adapter is not None and bool(getattr(adapter, "connected", False))
 
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
-               token: str, *, clear_turn: bool = False, claim: bool = True) -> Owed:
+               token: str, *, clear_turn: bool = False, claim: bool = True,
+               consume: tuple[str, ...] = (), reason: str | None = None) -> Owed:
         """Record the obligation; when an adapter can take it now, also claim it for this
         process in the same transaction (one commit less per reply; a crash before the send
         then redelivers it once, prefixed, which is the rule for an ``attempting`` row).
 
         ``clear_turn`` clears the session's turn marker (if it still holds ``token``) in the
-        same transaction; ``claim=False`` only records (recovery leaves rows to the sweep).
+        same transaction; ``claim=False`` only records (recovery leaves rows to the sweep);
+        ``consume`` marks those inbox events consumed (``reason``) in that transaction too.
         """
         if not self._ledger:
             if clear_turn:
                 self._store.clear_turn_active(session_key, token)
+            if consume:
+                self._store.consume_events(list(consume), reason or "command")
             return Owed(None, claimed=True)
         claim = claim and self.can_send(target.platform)
         oid = self._store.ledger_record(
@@ -91,6 +95,8 @@ class Delivery:
             token=token,
             clear_turn=clear_turn,
             claim_for=(self.owner_pid, self.owner_started_at) if claim else None,
+            consume=tuple(consume),
+            consume_reason=reason or "command",
         )
         if oid is None:  # the claim was refused: someone else owns or finished it
             return Owed(None, claimed=False)
@@ -131,10 +137,12 @@ class Delivery:
         return ok
 
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
-                  token: str) -> bool:
+                  token: str, *, consume: tuple[str, ...] = (),
+                  reason: str | None = None) -> bool:
         """Record then attempt: the path for notices (no turn marker sits between them)."""
-        return self.attempt(self.record(session_key, target, content, kind, token), target,
-                            content)
+        owed = self.record(session_key, target, content, kind, token, consume=consume,
+                           reason=reason)
+        return self.attempt(owed, target, content)
 
 
 class _NoticeActor(pykka.ThreadingActor):
@@ -144,9 +152,10 @@ class _NoticeActor(pykka.ThreadingActor):
         self._tracker = tracker
 
     def on_receive(self, message):
-        session_key, target, text, token = message
+        session_key, target, text, token, consume, reason = message
         try:
-            self._delivery.send_owed(session_key, target, text, "notice", token)
+            self._delivery.send_owed(session_key, target, text, "notice", token,
+                                     consume=consume, reason=reason)
         except Exception:  # noqa: BLE001 - one failed notice must not stop the actor
             log.exception("notice delivery failed session_key=%s", session_key)
         finally:
@@ -160,12 +169,14 @@ class NoticePool:
         self._tracker = tracker
         self._refs = [_NoticeActor.start(delivery, tracker) for _ in range(size)]
 
-    def send(self, session_key: str, target: SessionSource, text: str, token: str) -> None:
-        """Queue a notice for delivery (never blocks on the send)."""
+    def send(self, session_key: str, target: SessionSource, text: str, token: str, *,
+             consume: tuple[str, ...] = (), reason: str | None = None) -> None:
+        """Queue a notice for delivery (never blocks on the send); ``consume`` inbox events
+        are consumed in the transaction that records it."""
         ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
         self._tracker.add()
         try:
-            ref.tell((session_key, target, text, token))
+            ref.tell((session_key, target, text, token, consume, reason))
         except pykka.ActorDeadError:
             self._tracker.done()
             log.warning("notice dropped after shutdown session_key=%s", session_key)

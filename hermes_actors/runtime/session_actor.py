@@ -240,8 +240,7 @@ class SessionActor(pykka.ThreadingActor):
     def _enqueue_capped(self, item: Queued, event: MessageEvent) -> None:
         depth = self.queue.depth
         if depth >= self._s.config.queue_max:
-            self._notify(event, QUEUE_FULL.format(depth))
-            self._consume(event.event_id, reason="rejected")
+            self._notify(event, QUEUE_FULL.format(depth), consume="rejected")
             return
         self.queue.enqueue_fifo(item)
         if event.metadata.get("replayed"):
@@ -253,8 +252,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _cmd_queue(self, event: MessageEvent, prompt: str) -> None:
         if not prompt and not event.media_urls:
-            self._notify(event, QUEUE_USAGE)
-            self._consume(event.event_id, reason="command")
+            self._notify(event, QUEUE_USAGE, consume="command")
             return
         item = Queued(event.with_text(prompt), "queued", (event.event_id,))
         if self.running is None and not self.queue:
@@ -270,8 +268,8 @@ class SessionActor(pykka.ThreadingActor):
         if dropped is not None:
             self._consume(*dropped.event_ids, reason="dropped")
         stopped = self._s.delegations.cancel(self.session_key)
-        self._notify(event, STOPPED if running or stopped else NOTHING_TO_STOP)
-        self._consume(event.event_id, reason="command")
+        self._notify(event, STOPPED if running or stopped else NOTHING_TO_STOP,
+                     consume="command")
 
     def _cmd_new(self, event: MessageEvent, _args: str) -> None:
         if self.running is not None:
@@ -285,8 +283,7 @@ class SessionActor(pykka.ThreadingActor):
         if store.reset_session(self.session_key) is None:
             store.get_or_create_session(event.source, force_new=True)
         self._track(self._s.cache.discard(self.session_key))
-        self._notify(event, NEW_SESSION)
-        self._consume(event.event_id, reason="command")
+        self._notify(event, NEW_SESSION, consume="command")
 
     _cmd_reset = _cmd_new
 
@@ -300,8 +297,7 @@ class SessionActor(pykka.ThreadingActor):
                 lines.append(f"Resume pending: {entry.resume_reason or 'yes'}")
             if entry.suspended:
                 lines.append("Suspended: the next message starts a new session")
-        self._notify(event, "\n".join(lines))
-        self._consume(event.event_id, reason="command")
+        self._notify(event, "\n".join(lines), consume="command")
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -365,8 +361,12 @@ class SessionActor(pykka.ThreadingActor):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _notify(self, event: MessageEvent, text: str) -> None:
-        self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}")
+    def _notify(self, event: MessageEvent, text: str, consume: str | None = None) -> None:
+        """Answer ``event`` with a notice; with ``consume`` the event's inbox row is consumed
+        (with that reason) in the transaction that records the notice, so a crash can
+        neither lose the answer of a consumed event nor replay an answered one."""
+        self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}",
+                             consume=(event.event_id,) if consume else (), reason=consume)
 
     def _track(self, future: pykka.Future) -> None:
         """Count work handed to another actor (an agent's close) until it finishes, without

@@ -168,6 +168,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         token: str | None,
         clear_turn: bool = False,
         claim_for: tuple[int, float] | None = None,
+        consume: tuple[str, ...] = (),
+        consume_reason: str = "command",
     ) -> str | None:
         """Record an obligation as ``pending``; returns its id (same inputs → same id, one row).
 
@@ -177,6 +179,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         ``claim_for=(owner_pid, owner_started_at)`` the row is also claimed (``attempting``)
         in that transaction, for a sender about to send it; ``None`` is returned when the
         claim is refused (the row exists and is final or owned by another live process).
+        ``consume`` marks those inbox events consumed (``consume_reason``) in the same
+        transaction (a command's answer and its consumption are one durable step).
         """
         if kind not in ledger.KINDS:
             raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
@@ -187,6 +191,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                                                  content, kind)]
         if claim_for is not None:
             ops.append(LedgerClaim(oid, int(claim_for[0]), float(claim_for[1]), self._ts()))
+        if consume:
+            ops.append(ConsumeEvents(tuple(consume), consume_reason, self._ts()))
         if clear_turn and token is not None:
             with self._key_lock(session_key):
                 entry = self._entries.get(session_key)

@@ -6,9 +6,10 @@ after ``<s>`` seconds with ``delegation done`` and replies ``delegated <s>``; ``
 blocks until a test opens that gate or the turn is interrupted (see :class:`Gates`);
 ``hold <gate>`` blocks until the gate opens even when interrupted (then reports the
 interruption), so a test decides exactly when a turn ends; anything else → ``echo: <text>``.
-An auto-continue turn (the message is only the recovery system note) "continues the
-interrupted task" by answering ``resumed: <the last user message in the history>``, which
-lets crash tests and the soak tie the resumed answer to the message it completes.
+An auto-continue turn "continues the interrupted task" by answering ``resumed: <the last
+user message in the history>``; when the note rode on a waiting message, that message's
+own answer follows on the next line. Crash tests and the soak tie each answer to the
+message it completes.
 The command is read from the last line of the message, after a ``[sender] `` prefix, so a
 recovery note or a shared-session prefix does not hide it.
 """
@@ -100,11 +101,19 @@ class ScriptedAgent:
         self.log.append(
             _Seen(request.message, request.session_id, len(request.history), request.internal)
         )
-        if _is_bare_note(request.message):
+        if request.message.startswith("[System note:"):
             last = next((m.get("content", "") for m in reversed(request.history)
                          if m.get("role") == "user"), "")
-            return TurnResult(reply=f"resumed: {last}")
-        lines = request.message.strip().splitlines() or [""]
+            if _is_bare_note(request.message):
+                return TurnResult(reply=f"resumed: {last}")
+            # The note rode on a waiting message: continue the task, then answer it.
+            result = self._obey(request, request.message.partition("\n\n")[2])
+            reply = f"resumed: {last}\n{result.reply}" if result.reply else f"resumed: {last}"
+            return TurnResult(reply=reply, status=result.status)
+        return self._obey(request, request.message)
+
+    def _obey(self, request: TurnRequest, message: str) -> TurnResult:
+        lines = message.strip().splitlines() or [""]
         text = _SENDER.sub("", lines[-1].strip())
         word, _, arg = text.partition(" ")
         word = word.lower()
@@ -137,7 +146,7 @@ class ScriptedAgent:
             if self._interrupted.is_set():
                 return TurnResult(reply=None, status="interrupted")
             return TurnResult(reply=f"held {arg.strip()}")
-        return TurnResult(reply=f"echo: {request.message}")
+        return TurnResult(reply=f"echo: {message}")
 
     def interrupt(self, reason: str | None = None) -> None:
         """Make a running ``sleep``/``wait`` return ``interrupted`` now."""

@@ -175,8 +175,8 @@ class TestQueuedMessagesSurvive:
         assert third.report["replayed_inbox"] == 0
         third.idle()
         assert third.turns() == []
-        replies = [t for t in outbox(first.home) if t.startswith("echo:")]
-        assert replies == [f"echo: {note}\n\na", "echo: b", "echo: c"]
+        replies = [t for t in outbox(first.home) if t.startswith(("echo:", "resumed:"))]
+        assert replies == ["resumed: sleep 60\necho: a", "echo: b", "echo: c"]
 
 
 class TestTimeZones:
