@@ -20,6 +20,7 @@ stops by itself. Exit status 0 when nothing was lost or duplicated, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -124,8 +125,8 @@ def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list, counte
             try:
                 query = urllib.parse.urlencode({"chat_id": chat, "after": cursor, "wait": 1})
                 _, data = _request(url, f"/v1/outbox?{query}", timeout=15)
-            except (urllib.error.URLError, OSError, ValueError):
-                stop.wait(0.05)
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+                stop.wait(0.05)  # the process is restarting
                 continue
             for line in answers([m["text"] for m in data["messages"]]):
                 line = line.removeprefix(RECOVERED_PREFIX)
@@ -144,7 +145,7 @@ def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list, counte
             if status == 202:
                 accepted.append((chat, text))
                 unanswered.add(text)
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
             pass  # not acknowledged: not counted (the process may still have taken it)
         stop.wait(rng.uniform(0.0, 0.02))
 
