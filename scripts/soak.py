@@ -39,10 +39,13 @@ from pathlib import Path
 
 RECOVERED_PREFIX = "♻️ Recovered reply: "
 READY = re.compile(r"event=ready .*port=(\d+)")
+# The storm breaker is off: the soak restarts on purpose faster than "3 boots with resumable
+# sessions in 60 s", and a storm skips auto-continue by design (the flags stay set).
 CONFIG = """\
 busy_input_mode: queue
 queue_max: 1000
 restart_drain_timeout: 2
+restart_storm: {max_restarts: 1000000, window_seconds: 60}
 agent:
   kind: scripted
 http:
