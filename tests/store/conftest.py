@@ -51,3 +51,13 @@ def make_store(home: Path, clock: FakeClock):
 @pytest.fixture
 def store(make_store) -> SessionStore:
     return make_store()
+
+
+@pytest.fixture
+def executor():
+    """A DbExecutor, closed after the test."""
+    from hermes_actors.store.executor import DbExecutor
+
+    ex = DbExecutor(name="test-db")
+    yield ex
+    ex.close()

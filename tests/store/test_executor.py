@@ -13,13 +13,6 @@ from hermes_actors.errors import StoreError
 from hermes_actors.store.executor import DbExecutor
 
 
-@pytest.fixture
-def executor():
-    ex = DbExecutor(name="test-db")
-    yield ex
-    ex.close()
-
-
 class TestThreadWorker:
     """Every job runs on the same worker thread, in order, with results and errors returned."""
 

@@ -67,10 +67,8 @@ class _Blocked:
 
 
 @pytest.fixture
-def ex():
-    executor = DbExecutor(name="test-group")
-    yield executor
-    executor.close()
+def ex(executor):
+    return executor
 
 
 class TestBatching:
