@@ -140,7 +140,7 @@ class _GatewayCollector(Collector):
     def _store(self) -> Iterator[Metric]:
         store = self._gw.store
         yield GaugeMetricFamily("hermes_sessions_stored", "Routing entries in the store.",
-                                value=float(len(store.list_sessions())))
+                                value=float(store.statistics().sessions))
         yield GaugeMetricFamily("hermes_store_degraded", "Whether the store runs without SQLite.",
                                 value=1.0 if store.degraded else 0.0)
         try:

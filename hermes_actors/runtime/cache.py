@@ -37,8 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import pykka
-
 from hermes_actors.runtime.eviction import (
     PRESSURE_CHECK_GROWTH_BYTES,
     CacheItem,
@@ -50,6 +48,7 @@ from hermes_actors.runtime.eviction import (
 )
 from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.memory import MB, MemoryProbe, malloc_trim, resolve_budget
+from hermes_actors.runtime.spawning import LightActor
 
 if TYPE_CHECKING:
     from hermes_actors.config import AgentCacheConfig
@@ -99,7 +98,7 @@ class CacheStatistics(NamedTuple):
     retired: int
 
 
-class AgentCacheActor(pykka.ThreadingActor):
+class AgentCacheActor(LightActor):
     """Owns the cached agents; see the module docstring.
 
     ``settings`` is an ``AgentCacheConfig``; ``clock`` has ``monotonic()``; ``probe`` has

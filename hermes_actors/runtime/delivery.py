@@ -19,6 +19,7 @@ import pykka
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.spawning import LightActor
 
 __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 
@@ -52,6 +53,11 @@ class Delivery:
         self._ledger = ledger
         self.owner_pid = os.getpid()
         self.owner_started_at = _process_started_at()
+
+    @property
+    def ledger_enabled(self) -> bool:
+        """Whether obligations are recorded in the delivery ledger."""
+        return self._ledger
 
     @property
     def adapters(self) -> dict:
@@ -121,6 +127,36 @@ class Delivery:
             owed.id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
         ):
             return False
+        ok, error = self._send(adapter, target, text)
+        if owed.id is not None:
+            self._store.ledger_finish(
+                owed.id, "delivered" if ok else "failed", error=None if ok else error
+            )
+        return ok
+
+    def attempt_many(self, items: Iterable[tuple[str, SessionSource, str]]) -> list[str]:
+        """:meth:`attempt` for several recorded obligations ``(id, target, text)``: one claim
+        transaction, the sends in order, one transaction for the outcomes. A crash between
+        a send and that last commit leaves the row ``attempting``: redelivered once,
+        prefixed, like a crash inside :meth:`attempt`. Returns the ids delivered."""
+        live = [(oid, self._adapters[t.platform], t, text) for oid, t, text in items
+                if self.can_send(t.platform)]
+        if not live:
+            return []
+        claimed = self._store.ledger_claim_many(
+            [oid for oid, *_ in live], owner_pid=self.owner_pid,
+            owner_started_at=self.owner_started_at)
+        outcomes = []
+        try:
+            for oid, adapter, target, text in live:
+                if oid in claimed:
+                    ok, error = self._send(adapter, target, text)
+                    outcomes.append((oid, ok, error))
+        finally:
+            self._store.ledger_finish_many(outcomes)
+        return [oid for oid, ok, _ in outcomes if ok]
+
+    def _send(self, adapter, target: SessionSource, text: str) -> tuple[bool, str | None]:
         try:
             result = adapter.send(target, text)
             ok, error = bool(result.success), result.error
@@ -128,13 +164,9 @@ class Delivery:
             log.exception("adapter %s raised while sending", target.platform)
             ok, error = False, f"{type(exc).__name__}: {exc}"
         crashpoint("after_send_before_delivered")
-        if owed.id is not None:
-            self._store.ledger_finish(
-                owed.id, "delivered" if ok else "failed", error=None if ok else error
-            )
         if not ok:
             log.warning("delivery failed platform=%s error=%s", target.platform, error)
-        return ok
+        return ok, error
 
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
                   token: str, *, consume: tuple[str, ...] = (),
@@ -145,7 +177,7 @@ class Delivery:
         return self.attempt(owed, target, content)
 
 
-class _NoticeActor(pykka.ThreadingActor):
+class _NoticeActor(LightActor):
     def __init__(self, delivery: Delivery, tracker: ActivityTracker) -> None:
         super().__init__()
         self._delivery = delivery

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -20,6 +19,7 @@ import pykka
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.runtime.queueing import Queued, SessionQueue
 from hermes_actors.runtime.services import Services
+from hermes_actors.runtime.spawning import LightActor, spawn
 from hermes_actors.runtime.turn import RunningTurn, TurnOutcome, run_turn
 
 __all__ = [
@@ -121,7 +121,7 @@ class SessionStatistics(NamedTuple):
 _turn_ids = itertools.count(1)
 
 
-class SessionActor(pykka.ThreadingActor):
+class SessionActor(LightActor):
     """See the module docstring."""
 
     def __init__(self, session_key: str, services: Services) -> None:
@@ -329,7 +329,7 @@ class SessionActor(pykka.ThreadingActor):
             except pykka.ActorDeadError:
                 log.warning("turn finished after its actor stopped key=%s", self.session_key)
 
-        threading.Thread(target=work, name=f"turn-{turn.id}", daemon=True).start()
+        spawn(work, f"turn-{turn.id}")
 
     def _on_turn_done(self, message: TurnDone) -> None:
         if self.running is None or self.running.id != message.turn_id:
@@ -382,7 +382,7 @@ class SessionActor(pykka.ThreadingActor):
             finally:
                 tracker.done()
 
-        threading.Thread(target=wait, name="handoff", daemon=True).start()
+        spawn(wait, "handoff")
 
     def _consume(self, *event_ids: str, reason: str) -> None:
         ids = [i for i in event_ids if i]

@@ -14,8 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pykka
-
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.crash import crashpoint
@@ -28,7 +26,9 @@ from hermes_actors.runtime.recovery_rules import (
     next_restart_counts,
     record_boot,
 )
+from hermes_actors.runtime.spawning import LightActor
 from hermes_actors.store.atomic import atomic_write_json, off_the_hub
+from hermes_actors.store.runtime_api import MarkerSettlement
 
 __all__ = ["CLEAN_SHUTDOWN", "SupervisorActor", "SupervisorStatistics"]
 
@@ -52,6 +52,8 @@ class SupervisorStatistics(NamedTuple):
     drain_timeouts: int
     #: The report of the last startup.
     last_report: RecoveryReport | None
+    #: Session keys that were mid-turn at the last startup (their restart counter advanced).
+    interrupted: tuple[str, ...] = ()
 
 
 def _read_json(path: Path, default: Any) -> Any:
@@ -64,7 +66,7 @@ def _read_json(path: Path, default: Any) -> Any:
         return default
 
 
-class SupervisorActor(pykka.ThreadingActor):
+class SupervisorActor(LightActor):
     """See the module docstring."""
 
     use_daemon_thread = True
@@ -84,6 +86,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._redelivered = 0
         self._drain_timeouts = 0
         self._report: RecoveryReport | None = None
+        self._interrupted: tuple[str, ...] = ()
 
     # -- startup --------------------------------------------------------------------------
 
@@ -107,29 +110,36 @@ class SupervisorActor(pykka.ThreadingActor):
     def _recover_unclean_sessions(self) -> int:
         store, now = self._store, self._clock.time()
         max_age = marker_max_age(self._config.agent.timeout)
-        marked = [e for e in store.list_sessions() if e.active_turn_token is not None]
-        verdicts = []
-        for entry in marked:
-            row = store.turn_reply(entry.session_id, entry.active_turn_token)
-            verdicts.append((entry, judge_marker(entry, row["content"] if row else None, now,
-                                                 max_age)))
+        marked = [e for e in store.flagged_sessions() if e.active_turn_token is not None]
+        replies = store.turn_replies([(e.session_id, e.active_turn_token) for e in marked])
+        verdicts = [(e, judge_marker(e, replies.get((e.session_id, e.active_turn_token)), now,
+                                     max_age)) for e in marked]
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
         self._write_counts(next_restart_counts(self._counts, mid_turn))
-        recovered = 0
+        self._interrupted = tuple(mid_turn)
+        settlements, unrecorded = [], []
         for entry, verdict in verdicts:
+            owed = reason = None
             if verdict.action == "deliver" and entry.origin is not None:
-                self._delivery.record(entry.session_key, entry.origin, verdict.content,
-                                      verdict.kind, entry.active_turn_token, claim=False)
-                recovered += verdict.kind == "recovered"
+                owed = (entry.origin, verdict.content, verdict.kind)
+                unrecorded.append(owed)
             elif verdict.action == "resume":
                 # An existing, more specific reason is kept; the mark time is refreshed so
                 # this fresh interruption passes the freshness test.
-                reason = entry.resume_reason if entry.resume_pending else None
-                store.mark_resume_pending(entry.session_key, reason or "restart_interrupted")
-            store.clear_turn_active(entry.session_key, entry.active_turn_token)
-            crashpoint("during_recovery")
-        return recovered
+                reason = (entry.resume_reason if entry.resume_pending else None) \
+                    or "restart_interrupted"
+            settlements.append(MarkerSettlement(entry.session_key, entry.active_turn_token,
+                                                reason, owed))
+        # One transaction: owed answers recorded (the sweep delivers them), markers cleared,
+        # resumable sessions flagged.
+        store.settle_markers(settlements, ledger_on=self._delivery.ledger_enabled)
+        crashpoint("during_recovery")
+        if not self._delivery.ledger_enabled:  # nothing durable to sweep: send them now
+            for target, content, kind in unrecorded:
+                text = RECOVERED_PREFIX + content if kind == "recovered" else content
+                self._delivery.attempt(None, target, text)
+        return sum(kind == "recovered" for _, _, kind in unrecorded)
 
     def _suspend_stuck(self) -> list[str]:
         threshold = self._config.stuck_loop_threshold
@@ -146,7 +156,7 @@ class SupervisorActor(pykka.ThreadingActor):
     def _auto_continue_candidates(self) -> list:
         agent = self._config.agent
         candidates = auto_continue_candidates(
-            self._store.list_sessions(), self._clock.time(), agent.auto_continue_freshness,
+            self._store.flagged_sessions(), self._clock.time(), agent.auto_continue_freshness,
             self._delivery.can_send,
         )
         if not candidates:
@@ -168,26 +178,26 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def sweep_ledger(self) -> int:
         """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed."""
-        sent = 0
-        # A row a live worker of this very process is sending is refused by ledger_claim
+        # A row a live worker of this very process is sending is refused by the claim
         # (owner pid AND process start time), so a crashed process with a reused pid (pid 1
         # in a container) does not hide its rows from redelivery.
+        batch, replies = [], {}
         for row in self._store.ledger_rows(("pending", "attempting", "failed")):
             try:
                 target = SessionSource(row["platform"], chat_id=row["chat_id"],
                                        thread_id=row["thread_id"])
             except (UnknownPlatformError, ValueError, TypeError):
                 continue
-            if not self._delivery.can_send(target.platform):
-                continue
             uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
             text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
-            if self._delivery.attempt(row["obligation_id"], target, text):
-                sent += 1
-                if row["kind"] in ("reply", "recovered"):
-                    self._store.clear_resume_pending(row["session_key"])
-        self._redelivered += sent
-        return sent
+            batch.append((row["obligation_id"], target, text))
+            if row["kind"] in ("reply", "recovered"):
+                replies[row["obligation_id"]] = row["session_key"]
+        # claims, sends and outcomes batched: three commits for the whole sweep
+        sent = self._delivery.attempt_many(batch)
+        self._store.clear_resume_pending_many(replies[oid] for oid in sent if oid in replies)
+        self._redelivered += len(sent)
+        return len(sent)
 
     def turn_succeeded(self, session_key: str) -> None:
         """A successful turn resets the session's stuck-loop counter."""
@@ -219,6 +229,7 @@ class SupervisorActor(pykka.ThreadingActor):
             redelivered=self._redelivered,
             drain_timeouts=self._drain_timeouts,
             last_report=self._report,
+            interrupted=self._interrupted,
         )
 
     def _write_counts(self, counts: dict[str, int]) -> None:

@@ -36,8 +36,9 @@ from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.degraded import DegradedBackend
+from hermes_actors.store.entrymap import EntryMap
 from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
-from hermes_actors.store.loader import merge_entries
+from hermes_actors.store.loader import mirror_additions, parse_entry
 from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror_text
 from hermes_actors.store.ops import AppendMessage, CreateSession, DeleteRouting, PutRouting
 from hermes_actors.store.transcript import normalize_message
@@ -76,6 +77,8 @@ class StoreStatistics(NamedTuple):
     mirror_dirty: bool
     #: ``sessions.json`` writes so far.
     mirror_writes: int
+    #: Routing entries parsed from their stored JSON so far (the rest wait for first use).
+    entries_parsed: int = 0
 
 
 class StoreCore:
@@ -107,10 +110,9 @@ class StoreCore:
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
         self._map_lock = threading.Lock()
         self._switch_lock = threading.Lock()
-        self._entries: dict[str, SessionEntry] = {}
-        #: ``session_key -> entry JSON text``: what the routing row holds, reused verbatim
-        #: by the mirror so that writing it never re-serialises every entry.
-        self._mirror_rows: dict[str, str] = {}
+        #: Routing entries, parsed on first use from the JSON text each routing row holds;
+        #: the mirror reuses those texts verbatim, so writing it never re-serialises.
+        self._entries = EntryMap(parse_entry)
         self._degraded_since: str | None = None
         self._stale_db: SessionDB | None = None
         self._closed = False
@@ -164,9 +166,8 @@ class StoreCore:
 
     def _mirror_document(self) -> str:
         with self._map_lock:
-            rows = dict(self._mirror_rows)
             since = self._degraded_since
-        return render_mirror_text(rows, since)
+        return render_mirror_text(self._entries.texts(), since)
 
     def _mirror_changed(self) -> None:
         if self.degraded:
@@ -218,11 +219,9 @@ class StoreCore:
         results = self._apply(all_ops) if all_ops else []
         with self._map_lock:
             for entry, text in rows:
-                self._entries[entry.session_key] = entry
-                self._mirror_rows[entry.session_key] = text
+                self._entries.put(entry.session_key, entry, text)
             for key in delete:
-                self._entries.pop(key, None)
-                self._mirror_rows.pop(key, None)
+                self._entries.pop(key)
         if rows or delete:
             self._mirror_changed()
         return results
@@ -242,22 +241,20 @@ class StoreCore:
                 rows = self.db.load_routing()
             except StoreUnavailableError as exc:
                 self._switch_to_degraded(exc, self._backend)
-        result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)
-        for key, reason in result.skipped:
-            log.warning("skipping session entry %r: %s", key, reason)
-        # A database row's text is the entry as committed (``_commit`` wrote it), so the
-        # mirror reuses it; entries taken from the mirror are serialised (and committed).
+        # A database row's text is the entry as committed (``_commit`` wrote it): kept as
+        # text and parsed on first use. Entries taken from the mirror are parsed now,
+        # serialised and committed.
         texts = dict(rows)
-        fresh = set(result.from_mirror)
+        added, skipped = mirror_additions(texts, mirror.entries,
+                                          mirror_wins=mirror.degraded_since is not None)
+        for key, reason in skipped:
+            log.warning("skipping session entry %r: %s", key, reason)
+        for key, entry in added.items():
+            texts[key] = _entry_json(entry.to_dict())
         with self._map_lock:
-            self._entries = dict(result.entries)
-            self._mirror_rows = {
-                k: texts[k] if k in texts and k not in fresh
-                else _entry_json(e.to_dict())
-                for k, e in result.entries.items()
-            }
-        if self.db is not None and result.from_mirror:
-            restored = [result.entries[k] for k in result.from_mirror]
+            self._entries.load(texts, added)
+        if self.db is not None and added:
+            restored = list(added.values())
             log.warning("restoring %d routing entries from %s", len(restored), MIRROR_NAME)
             self._commit([self._create_op(e) for e in restored], put=restored)
         if self.db is not None:
@@ -300,7 +297,8 @@ class StoreCore:
     def statistics(self) -> StoreStatistics:
         """Counts and flags describing the store now."""
         return StoreStatistics(
-            len(self._entries), self.degraded, self._mirror.dirty, self._mirror.writes
+            len(self._entries), self.degraded, self._mirror.dirty, self._mirror.writes,
+            self._entries.parsed,
         )
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -302,6 +302,21 @@ class SessionDB:
         )
         return rows[0] if rows else None
 
+    def turn_replies(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of each turn's last final reply, one read job."""
+
+        def read() -> dict[tuple[str, str], str]:
+            found = {}
+            for sid, token in pairs:
+                row = self._database.execute_sql(
+                    "SELECT content FROM messages WHERE session_id = ? AND turn_token = ?"
+                    " AND is_reply = 1 ORDER BY id DESC LIMIT 1", (sid, token)).fetchone()
+                if row is not None:
+                    found[(sid, token)] = row[0]
+            return found
+
+        return self._read(read)
+
     def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
         """Unconsumed inbox events as ``(session_key, payload)``, in arrival (``seq``) order."""
         i = self._models.Inbox

@@ -202,6 +202,15 @@ class DegradedBackend:
                 found = None
         return found
 
+    def turn_replies(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` for each turn with a final reply."""
+        found = {}
+        for sid, token in pairs:
+            row = self.turn_reply(sid, token)
+            if row is not None:
+                found[(sid, token)] = row["content"]
+        return found
+
     def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
         """Unconsumed in-memory inbox events in arrival order."""
         with self._lock:

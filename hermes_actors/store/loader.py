@@ -10,6 +10,10 @@ about the rest, so the store (and the read-only CLI) apply one rule:
   entries win (``mirror_wins``);
 * anything malformed or unsafe (path traversal in ids) is skipped and reported in
   ``skipped`` with the reason; the rest still loads.
+
+The store itself parses database rows lazily (:mod:`~hermes_actors.store.entrymap`), so at
+start it only needs :func:`mirror_additions`; :func:`merge_entries` is the whole rule, for
+the CLI.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, NamedTuple
 
 from hermes_actors.model.entry import SessionEntry, validate_session_key
 
-__all__ = ["LoadResult", "merge_entries", "parse_entry"]
+__all__ = ["LoadResult", "merge_entries", "mirror_additions", "parse_entry"]
 
 
 class LoadResult(NamedTuple):
@@ -51,6 +55,35 @@ def parse_entry(key: str, data: Any) -> SessionEntry:
         raise ValueError(str(exc)) from None
 
 
+def mirror_additions(
+    db_rows: Mapping[str, Any],
+    mirror: Mapping[str, Any],
+    *,
+    mirror_wins: bool = False,
+) -> tuple[dict[str, SessionEntry], list[tuple[str, str]]]:
+    """The mirror entries to put over ``db_rows`` (``key -> stored data``), parsed, and the
+    ``(key, reason)`` of mirror entries skipped. Database rows are parsed only where a
+    winning mirror entry has to be compared with one."""
+    added: dict[str, SessionEntry] = {}
+    skipped: list[tuple[str, str]] = []
+    for key, data in mirror.items():
+        if str(key).startswith("_") or (key in db_rows and not mirror_wins):
+            continue
+        try:
+            entry = parse_entry(key, data)
+        except ValueError as exc:
+            skipped.append((key, f"sessions.json: {exc}"))
+            continue
+        if key in db_rows:
+            try:
+                if parse_entry(key, db_rows[key]) == entry:
+                    continue
+            except ValueError:
+                pass
+        added[key] = entry
+    return added, skipped
+
+
 def merge_entries(
     db_rows: Iterable[tuple[str, Any]],
     mirror: Mapping[str, Any],
@@ -58,24 +91,16 @@ def merge_entries(
     mirror_wins: bool = False,
 ) -> LoadResult:
     """Merge database rows and mirror entries by the rules in the module docstring."""
+    rows = dict(db_rows)
     entries: dict[str, SessionEntry] = {}
     skipped: list[tuple[str, str]] = []
-    for key, data in db_rows:
+    for key, data in rows.items():
         try:
             entries[key] = parse_entry(key, data)
         except ValueError as exc:
             skipped.append((key, f"database row: {exc}"))
-    from_mirror: list[str] = []
-    for key, data in mirror.items():
-        if str(key).startswith("_") or (key in entries and not mirror_wins):
-            continue
-        try:
-            entry = parse_entry(key, data)
-        except ValueError as exc:
-            skipped.append((key, f"sessions.json: {exc}"))
-            continue
-        if key in entries and entries[key] == entry:
-            continue
-        entries[key] = entry
-        from_mirror.append(key)
-    return LoadResult(entries, from_mirror, skipped)
+    # a database row that does not parse loses to a usable mirror entry
+    usable = {k: v for k, v in rows.items() if k in entries}
+    added, mirror_skipped = mirror_additions(usable, mirror, mirror_wins=mirror_wins)
+    entries.update(added)
+    return LoadResult(entries, list(added), skipped + mirror_skipped)

@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import validate_session_id, validate_session_key
@@ -36,7 +36,19 @@ from hermes_actors.store.ops import (
 from hermes_actors.store.outbox import OutboxStoreMethods
 from hermes_actors.store.transcript import normalize_message
 
-__all__ = ["RuntimeStoreMethods", "SessionRotatedError"]
+__all__ = ["MarkerSettlement", "RuntimeStoreMethods", "SessionRotatedError"]
+
+
+class MarkerSettlement(NamedTuple):
+    """How recovery settles one durable turn marker (see ``settle_markers``)."""
+
+    session_key: str
+    #: The marker's token: only a marker still holding it is settled.
+    token: str
+    #: Mark the session resume-pending with this reason (``None``: clear only).
+    resume_reason: str | None = None
+    #: ``(target SessionSource, content, kind)`` owed to the chat, or ``None``.
+    owed: tuple[Any, str, str] | None = None
 
 
 class SessionRotatedError(StoreError):
@@ -154,6 +166,41 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         """The persisted final reply (``is_reply``) of turn ``token``, for crash recovery."""
         return self._backend.turn_reply(validate_session_id(session_id), token)
 
+    def turn_replies(self, turns: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of the persisted final reply of each turn that
+        has one, in one read (recovery judges 1,000 markers without 1,000 round trips)."""
+        pairs = [(validate_session_id(sid), token) for sid, token in turns]
+        return self._backend.turn_replies(pairs) if pairs else {}
+
+    def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
+                       ledger_on: bool = True) -> int:
+        """Settle recovered turn markers in ONE transaction: each marker still holding its
+        token is cleared, marked ``resume_pending`` with the given reason (not on a suspended
+        entry), and its owed answer recorded ``pending`` in the ledger (with ``ledger_on``).
+        Returns how many markers were cleared."""
+        now = self._now()
+        ops: list[Any] = []
+        put = []
+        with self._all_keys():
+            for item in settlements:
+                if item.owed is not None and ledger_on:
+                    target, content, kind = item.owed
+                    oid = ledger.obligation_id(item.session_key, item.token, content)
+                    ops.append(self._ledger_record_op(oid, item.session_key, target.platform,
+                                                      target.chat_id, target.thread_id,
+                                                      content, kind))
+                entry = self._entries.get(item.session_key)
+                if entry is None or entry.active_turn_token != item.token:
+                    continue
+                new = lifecycle.clear_turn_marker(entry)
+                if item.resume_reason is not None and not entry.suspended:
+                    new = replace(new, resume_pending=True, resume_reason=item.resume_reason,
+                                  last_resume_marked_at=now)
+                put.append(new)
+            if ops or put:
+                self._commit(ops, put=put)
+        return len(put)
+
     # -- delivery ledger --------------------------------------------------------------------
 
     def ledger_record(
@@ -235,6 +282,23 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         if state not in ("delivered", "failed"):
             raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
         return self._apply([LedgerFinish(obligation_id, state, error, self._ts())])[0]
+
+    def ledger_claim_many(self, obligation_ids: Iterable[str], *, owner_pid: int,
+                          owner_started_at: float) -> set[str]:
+        """:meth:`ledger_claim` for several rows in one transaction; the ids granted."""
+        ids = list(obligation_ids)
+        at = self._ts()
+        ops = [LedgerClaim(oid, int(owner_pid), float(owner_started_at), at) for oid in ids]
+        granted = self._apply(ops) if ops else []
+        return {oid for oid, ok in zip(ids, granted, strict=True) if ok}
+
+    def ledger_finish_many(self, outcomes: Iterable[tuple[str, bool, str | None]]) -> None:
+        """End several attempts in one transaction: ``(obligation_id, delivered, error)``."""
+        at = self._ts()
+        ops = [LedgerFinish(oid, "delivered" if ok else "failed", None if ok else error, at)
+               for oid, ok, error in outcomes]
+        if ops:
+            self._apply(ops)
 
     def ledger_rows(
         self, states: Iterable[str] | str | None = None, *, session_key: str | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -60,9 +60,13 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         return self._entries.get(key)
 
     def list_sessions(self) -> list[SessionEntry]:
-        """Every routing entry (a snapshot)."""
-        with self._map_lock:
-            return list(self._entries.values())
+        """Every routing entry (a snapshot; parses every entry not parsed yet)."""
+        return self._entries.values()
+
+    def flagged_sessions(self) -> list[SessionEntry]:
+        """The entries with a turn marker or a pending resume (recovery's work list); only
+        these are parsed, so a start with 100,000 stored sessions does not parse them all."""
+        return self._entries.flagged()
 
     def load_transcript(self, session_id: str, *,
                         before_turn: str | None = None) -> list[dict[str, Any]]:
@@ -160,6 +164,18 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         """Clear ``resume_pending`` and its reason (after a successful turn)."""
         return self._change(key, lambda e: replace(e, resume_pending=False, resume_reason=None))
 
+    def clear_resume_pending_many(self, keys: Iterable[str]) -> int:
+        """:meth:`clear_resume_pending` for several keys in one commit; how many changed."""
+        with self._all_keys():
+            changed = []
+            for key in dict.fromkeys(keys):
+                entry = self._entries.get(key)
+                if entry is not None and (entry.resume_pending or entry.resume_reason):
+                    changed.append(replace(entry, resume_pending=False, resume_reason=None))
+            if changed:
+                self._commit([], put=changed)
+        return len(changed)
+
     def mark_turn_active(self, key: str, *, internal: bool = False) -> str:
         """Durably mark a turn as running; returns its token (uuid4 hex)."""
         token = uuid.uuid4().hex
@@ -190,9 +206,10 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
     # -- bulk passes ------------------------------------------------------------------------
 
     def _bulk(self, decide: Callable[[SessionEntry], SessionEntry | None]) -> list[SessionEntry]:
+        """Apply ``decide`` to every flagged entry (marker or resume flag) in one commit."""
         with self._all_keys():
             changed = []
-            for entry in list(self._entries.values()):
+            for entry in self._entries.flagged():
                 new = decide(entry)
                 if new is not None and new != entry:
                     changed.append(new)

@@ -68,7 +68,8 @@ def main() -> int:
         done.set()
 
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=stop).start())
-    emit("READY " + json.dumps(dataclasses.asdict(report)))
+    interrupted = gw.stats()["supervisor"]["interrupted"]
+    emit("READY " + json.dumps({**dataclasses.asdict(report), "interrupted": interrupted}))
 
     def read() -> None:
         for line in sys.stdin:

@@ -37,11 +37,6 @@ KINDS = {
 MID_TURN = {"after_turn_marked", "after_user_persisted", "after_reply_persisted"}
 
 
-def counts(home) -> dict:
-    path = home / "restart_counts.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_matrix(spawn, point, kind):
@@ -76,7 +71,8 @@ def test_crash_matrix(spawn, point, kind):
 
     restarted = spawn()
     if crashed and point in MID_TURN:
-        assert counts(child.home) == {KEY: 1}, "the restart counter must advance"
+        # (the file itself may already be reset by the resumed turn's success)
+        assert restarted.report["interrupted"] == [KEY], "the restart counter must advance"
     restarted.idle()
     restarted.send("ping")
     restarted.idle()
