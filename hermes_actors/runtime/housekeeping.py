@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from hermes_actors.config import HousekeepingConfig
+from hermes_actors.runtime.spawning import spawn
 
 __all__ = ["HousekeepingSchedule", "Watcher"]
 
@@ -48,11 +49,10 @@ class Watcher:
         self._clock = clock
         self._tick = tick
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="housekeeping", daemon=True)
 
     def start(self) -> None:
-        """Start watching."""
-        self._thread.start()
+        """Start watching (without waiting for the watcher to run: see ``spawning``)."""
+        spawn(self._run, "housekeeping")
 
     def stop(self) -> None:
         """Stop after the current pass."""

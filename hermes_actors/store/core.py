@@ -112,7 +112,7 @@ class StoreCore:
         self._switch_lock = threading.Lock()
         #: Routing entries, parsed on first use from the JSON text each routing row holds;
         #: the mirror reuses those texts verbatim, so writing it never re-serialises.
-        self._entries = EntryMap(parse_entry)
+        self._entries = EntryMap(parse_entry, self._fetch_entry, self._fetch_all_entries)
         self._degraded_since: str | None = None
         self._stale_db: SessionDB | None = None
         self._closed = False
@@ -169,6 +169,48 @@ class StoreCore:
             since = self._degraded_since
         return render_mirror_text(self._entries.texts(), since)
 
+    def _fetch_entry(self, key: str) -> str | None:
+        """One routing row's text from the database (the entry map's lazy read)."""
+        db = self.db
+        if db is None:
+            return None
+        try:
+            return db.routing_entry(key)
+        except StoreUnavailableError as exc:
+            self._switch_to_degraded(exc, self._backend)  # completes the map if it can
+            return None
+
+    def _fetch_all_entries(self) -> list[tuple[str, str]]:
+        """Every routing row's text from the database (for the mirror and bulk passes)."""
+        db = self.db
+        if db is None:
+            return []
+        try:
+            return db.load_routing()
+        except StoreUnavailableError as exc:
+            self._switch_to_degraded(exc, self._backend)
+            return []
+
+    def _complete_entries(self, db: SessionDB | None) -> None:
+        """Before running without the database, read every routing text not yet in memory:
+        from the failing database if it still reads, else from ``sessions.json``."""
+        missing = self._entries.fill({})
+        if not missing:
+            return
+        if db is not None:
+            try:
+                missing = self._entries.fill(dict(db.load_routing()))
+            except StoreError:
+                pass
+        if missing:
+            mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self._ts())
+            missing = self._entries.fill({
+                k: _entry_json(v) for k, v in mirror.entries.items()
+                if not str(k).startswith("_") and isinstance(v, dict)})
+        if missing:
+            log.error("%d routing entries could not be read from state.db or %s; those "
+                      "sessions start fresh at their next message", missing, MIRROR_NAME)
+
     def _mirror_changed(self) -> None:
         if self.degraded:
             self._mirror.mark_dirty()
@@ -193,6 +235,8 @@ class StoreCore:
             self._stale_db, self.db = self.db, None
             self._backend = DegradedBackend(self._transcripts, previous=self._stale_db)
             self._announce_degraded(exc)
+            if self._loaded:
+                self._complete_entries(self._stale_db)
         self._mirror.mark_dirty()
         if self._loaded:  # during loading the entries are not in memory yet: flushed after
             self._mirror.flush()
@@ -235,24 +279,30 @@ class StoreCore:
 
     def _load(self) -> None:
         mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self._ts())
-        rows: list[tuple[str, str]] = []
+        mirror_wins = mirror.degraded_since is not None
+        keys: list[str] = []
+        texts: dict[str, str] = {}
         if self.db is not None:
             try:
-                rows = self.db.load_routing()
+                if mirror_wins:  # every row is compared with the (newer) mirror
+                    texts = dict(self.db.load_routing())
+                else:  # keys only, plus the rows recovery needs; the rest on first use
+                    keys = self.db.load_routing_keys()
+                    texts = dict(self.db.load_routing_flagged())
             except StoreUnavailableError as exc:
                 self._switch_to_degraded(exc, self._backend)
-        # A database row's text is the entry as committed (``_commit`` wrote it): kept as
-        # text and parsed on first use. Entries taken from the mirror are parsed now,
-        # serialised and committed.
-        texts = dict(rows)
-        added, skipped = mirror_additions(texts, mirror.entries,
-                                          mirror_wins=mirror.degraded_since is not None)
+                keys, texts = [], {}
+        known: dict[str, str | None] = dict.fromkeys(keys)
+        known.update(texts)
+        added, skipped = mirror_additions(known, mirror.entries, mirror_wins=mirror_wins)
         for key, reason in skipped:
             log.warning("skipping session entry %r: %s", key, reason)
+        # Database rows stay text until used; entries taken from the mirror are parsed
+        # now, serialised and committed.
         for key, entry in added.items():
             texts[key] = _entry_json(entry.to_dict())
         with self._map_lock:
-            self._entries.load(texts, added)
+            self._entries.load(keys, texts, added)
         if self.db is not None and added:
             restored = list(added.values())
             log.warning("restoring %d routing entries from %s", len(restored), MIRROR_NAME)

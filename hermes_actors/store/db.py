@@ -44,7 +44,12 @@ from hermes_actors.errors import StoreError
 from hermes_actors.store import fts
 from hermes_actors.store.executor import DbExecutor, ExecutorStatistics
 from hermes_actors.store.ops import Op
-from hermes_actors.store.schema import bind_models, migrate, repair_canonical_tables
+from hermes_actors.store.schema import (
+    ROUTING_MAY_NEED_RECOVERY,
+    bind_models,
+    migrate,
+    repair_canonical_tables,
+)
 from hermes_actors.store.sqlite_ops import SqliteOps
 from hermes_actors.store.transcript import public_message
 
@@ -267,6 +272,25 @@ class SessionDB:
         # raw: peewee's row iteration costs more than the read itself at 100,000 rows
         return self._read(lambda: self._database.execute_sql(
             'SELECT session_key, entry FROM "routing"').fetchall())
+
+    def load_routing_keys(self) -> list[str]:
+        """Every routing key (read from the key index, without the entries' text)."""
+        rows = self._read(lambda: self._database.execute_sql(
+            'SELECT session_key FROM "routing"').fetchall())
+        return [key for (key,) in rows]
+
+    def load_routing_flagged(self) -> list[tuple[str, str]]:
+        """``(session_key, entry text)`` of the rows that may carry a turn marker or a
+        resume flag (found through the ``routing_recovery`` partial index)."""
+        return self._read(lambda: self._database.execute_sql(
+            f'SELECT session_key, entry FROM "routing" WHERE {ROUTING_MAY_NEED_RECOVERY}'
+        ).fetchall())
+
+    def routing_entry(self, session_key: str) -> str | None:
+        """The entry text of one routing row, or ``None``."""
+        row = self._read(lambda: self._database.execute_sql(
+            'SELECT entry FROM "routing" WHERE session_key = ?', (session_key,)).fetchone())
+        return row[0] if row else None
 
     def _messages(self, where: str, params: tuple, tail: str = "") -> list[dict[str, Any]]:
         rows = self._database.execute_sql(

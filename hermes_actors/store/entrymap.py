@@ -1,34 +1,35 @@
-"""``EntryMap``: the store's routing entries in memory, parsed from their JSON text on demand.
+"""``EntryMap``: the store's routing entries in memory, read and parsed on first use.
 
 A gateway with 100,000 stored sessions needs, at start, only the entries that carry a turn
-marker or a resume flag; parsing every row into a :class:`SessionEntry` took seconds. So
-the map keeps each committed row's JSON text (which the ``sessions.json`` mirror reuses
-verbatim) and parses an entry the first time something asks for it. Entries that *may*
-need recovery are indexed by a substring test on that text: the store writes every row
-with one encoder, so an entry without a marker always contains ``"active_turn_token":
-null`` and ``"resume_pending": false``; a row written any other way simply counts as
-flagged and is parsed at start, which is safe.
+marker or a resume flag; reading and parsing every row took seconds. So at start the map
+holds every routing *key*, plus the JSON text of the rows that may need recovery (found
+through the ``routing_recovery`` partial index). Any other entry is read from the database
+(``fetch``) and parsed the first time something asks for it, then kept. Whether a row may
+need recovery is a substring test on its text: the store writes every row with one encoder,
+so an entry without a marker always contains ``"active_turn_token": null`` and
+``"resume_pending": false``; a row written any other way simply counts as flagged, which
+is safe.
 
-A row that no longer parses (hand-edited database, unsafe ids) is skipped at its first
-access with one warning, as loading did before, and the rest keeps working. Thread-safe:
-a parse publishes its entry only if the text it parsed is still the current one, so a
-commit racing a lazy parse always wins.
+Without a database (degraded mode) every text is in memory. A row that does not parse
+(hand-edited, unsafe ids) is skipped at its first use with one warning and the rest keeps
+working. Thread-safe: what a commit publishes always wins over a read or parse that raced
+it, because the database is never older than memory.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from hermes_actors.model.entry import SessionEntry
+from hermes_actors.store.schema import ROUTING_CLEAN_MARKS
 
 __all__ = ["EntryMap", "may_need_recovery"]
 
 log = logging.getLogger("hermes_actors.store")
 
-_NO_MARKER = '"active_turn_token": null'
-_NO_RESUME = '"resume_pending": false'
+_NO_MARKER, _NO_RESUME = ROUTING_CLEAN_MARKS
 
 
 def may_need_recovery(text: str) -> bool:
@@ -41,50 +42,73 @@ def _needs_recovery(entry: SessionEntry) -> bool:
 
 
 class EntryMap:
-    """``session_key -> SessionEntry`` over committed JSON texts (see the module docstring).
+    """``session_key -> SessionEntry`` (see the module docstring).
 
-    ``parse(key, text)`` builds an entry or raises ``ValueError``.
+    ``parse(key, text)`` builds an entry or raises ``ValueError``; ``fetch(key)`` reads one
+    row's text from the database (``None`` when it has none); ``fetch_all()`` reads every
+    ``(key, text)`` row. Both are only called for keys whose text is not in memory.
     """
 
-    def __init__(self, parse: Callable[[str, str], SessionEntry]) -> None:
+    def __init__(self, parse: Callable[[str, str], SessionEntry],
+                 fetch: Callable[[str], str | None] = lambda key: None,
+                 fetch_all: Callable[[], Iterable[tuple[str, str]]] = tuple) -> None:
         self._parse = parse
+        self._fetch = fetch
+        self._fetch_all = fetch_all
         self._lock = threading.Lock()
+        self._keys: dict[str, None] = {}  # insertion-ordered set
         self._texts: dict[str, str] = {}
         self._parsed: dict[str, SessionEntry] = {}
         self._flagged: set[str] = set()
 
-    def load(self, texts: dict[str, str], parsed: dict[str, SessionEntry]) -> None:
-        """Replace the contents: ``texts`` for every key (the map takes the dict over),
-        ``parsed`` entries where known."""
-        # may_need_recovery() inlined: this runs over every stored row at start
-        no_marker, no_resume = _NO_MARKER, _NO_RESUME
-        flagged = {k for k, t in texts.items() if no_marker not in t or no_resume not in t}
+    def load(self, keys: Iterable[str], texts: Mapping[str, str],
+             parsed: Mapping[str, SessionEntry] = {}) -> None:  # noqa: B006 - read only
+        """Replace the contents: every key that exists, the texts known so far (those the
+        map cannot fetch must be among them), and entries already parsed."""
+        flagged = {k for k, t in texts.items() if _NO_MARKER not in t or _NO_RESUME not in t}
         flagged.difference_update(parsed)
         flagged.update(k for k, e in parsed.items() if _needs_recovery(e))
+        known = dict.fromkeys(keys)
+        known.update(dict.fromkeys(texts))
         with self._lock:
-            self._texts = texts
+            self._keys = known
+            self._texts = dict(texts)
             self._parsed = dict(parsed)
             self._flagged = flagged
-
-    def __len__(self) -> int:
-        return len(self._texts)
 
     @property
     def parsed(self) -> int:
         """How many entries have been parsed (or committed) so far."""
         return len(self._parsed)
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def __contains__(self, key: object) -> bool:
-        return key in self._texts
+        return key in self._keys
 
     def get(self, key: str) -> SessionEntry | None:
-        """The entry of ``key`` (parsed now if it has not been), or ``None``."""
+        """The entry of ``key`` (read and parsed now if it has not been), or ``None``."""
         entry = self._parsed.get(key)
         if entry is not None:
             return entry
         text = self._texts.get(key)
         if text is None:
-            return None
+            if key not in self._keys:
+                return None
+            fetched = self._fetch(key)
+            with self._lock:
+                if key not in self._keys:  # deleted meanwhile
+                    return None
+                text = self._texts.get(key)  # a commit (or a fill) came first
+                if text is None:
+                    if fetched is None:  # the row is gone
+                        del self._keys[key]
+                        return None
+                    text = self._texts[key] = fetched
+                entry = self._parsed.get(key)
+            if entry is not None:
+                return entry
         try:
             entry = self._parse(key, text)
         except ValueError as exc:
@@ -92,6 +116,7 @@ class EntryMap:
             with self._lock:
                 if self._texts.get(key) is text:
                     del self._texts[key]
+                    self._keys.pop(key, None)
                     self._flagged.discard(key)
                 return self._parsed.get(key)
         with self._lock:
@@ -103,6 +128,7 @@ class EntryMap:
     def put(self, key: str, entry: SessionEntry, text: str) -> None:
         """Publish a committed entry and its JSON text."""
         with self._lock:
+            self._keys[key] = None
             self._texts[key] = text
             self._parsed[key] = entry
             if _needs_recovery(entry):
@@ -113,14 +139,39 @@ class EntryMap:
     def pop(self, key: str) -> None:
         """Forget ``key``."""
         with self._lock:
+            self._keys.pop(key, None)
             self._texts.pop(key, None)
             self._parsed.pop(key, None)
             self._flagged.discard(key)
 
     def texts(self) -> dict[str, str]:
-        """A snapshot ``session_key -> entry JSON text`` (what the mirror writes)."""
+        """Every ``session_key -> entry JSON text`` (what the mirror writes); texts not in
+        memory are read in one pass and not kept."""
         with self._lock:
-            return dict(self._texts)
+            if len(self._keys) == len(self._texts):
+                return {k: self._texts[k] for k in self._keys}
+        rows = dict(self._fetch_all())
+        with self._lock:
+            out = {k: self._texts.get(k) or rows.get(k) for k in self._keys}
+        return {k: t for k, t in out.items() if t is not None}
+
+    def fill(self, texts: Mapping[str, str]) -> int:
+        """Take texts for keys whose text is not in memory (never over newer ones); returns
+        how many keys still have none."""
+        with self._lock:
+            for key in self._keys:
+                if key not in self._texts and key in texts:
+                    self._texts[key] = texts[key]
+            return len(self._keys) - len(self._texts)
+
+    def values(self) -> list[SessionEntry]:
+        """Every entry (reads and parses whatever has not been yet)."""
+        with self._lock:
+            keys = list(self._keys)
+            missing = len(self._keys) - len(self._texts)
+        if missing > 1:  # one pass over the table instead of a read per key
+            self.fill(dict(self._fetch_all()))
+        return self._entries(keys)
 
     def _entries(self, keys: Iterable[str]) -> list[SessionEntry]:
         out = []
@@ -130,15 +181,9 @@ class EntryMap:
                 out.append(entry)
         return out
 
-    def values(self) -> list[SessionEntry]:
-        """Every entry (parses whatever has not been parsed yet)."""
-        with self._lock:
-            keys = list(self._texts)
-        return self._entries(keys)
-
     def flagged(self) -> list[SessionEntry]:
         """The entries that carry a turn marker or a resume flag, in load/commit order."""
         with self._lock:
             flagged = self._flagged
-            keys = [k for k in self._texts if k in flagged]
+            keys = [k for k in self._keys if k in flagged]
         return [e for e in self._entries(keys) if _needs_recovery(e)]

@@ -27,6 +27,9 @@ __all__ = [
     "FTS_TRIGGERS",
     "MIGRATIONS",
     "OUTBOX_DDL",
+    "ROUTING_CLEAN_MARKS",
+    "ROUTING_MAY_NEED_RECOVERY",
+    "ROUTING_RECOVERY_DDL",
     "SCHEMA_VERSION",
     "Models",
     "bind_models",
@@ -138,8 +141,26 @@ OUTBOX_DDL: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS outbox_chat ON outbox (platform, chat_id, cursor)",
 )
 
+#: Text every routing entry *without* a turn marker or a resume flag contains, as the store
+#: writes it (one JSON encoder, default separators). A row lacking either may need recovery.
+ROUTING_CLEAN_MARKS = ('"active_turn_token": null', '"resume_pending": false')
+#: The same test in SQL (frozen: it is part of migration 3's index).
+ROUTING_MAY_NEED_RECOVERY = (
+    "instr(entry, '\"active_turn_token\": null') = 0"
+    " OR instr(entry, '\"resume_pending\": false') = 0"
+)
+#: Migration 3: a partial index of the routing rows that may need recovery, so a start
+#: finds 1,000 marked sessions among 100,000 without reading every row. Being an index on
+#: the row's own text, it holds for rows written by any tool, not just by the store.
+ROUTING_RECOVERY_DDL: tuple[str, ...] = (
+    "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key)"
+    " WHERE " + ROUTING_MAY_NEED_RECOVERY,
+)
+
 #: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (CANONICAL_DDL + FTS_DDL, OUTBOX_DDL)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, ROUTING_RECOVERY_DDL
+)
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -167,7 +188,7 @@ def migrate(database: pw.Database) -> int:
 def repair_canonical_tables(database: pw.Database) -> None:
     """Re-create canonical tables or indexes that were lost (a no-op when all exist)."""
     with database.atomic():
-        for statement in CANONICAL_DDL + OUTBOX_DDL:
+        for statement in CANONICAL_DDL + OUTBOX_DDL + ROUTING_RECOVERY_DDL:
             database.execute_sql(statement)
 
 

@@ -32,10 +32,11 @@ class Child:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
+        self._backlog: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
         self.report: dict = {}
         if ready:
-            line = self.expect("READY")
+            line = self.expect("READY", keep=True)
             self.report = json.loads(line[len("READY "):])
 
     def _pump(self) -> None:
@@ -43,8 +44,14 @@ class Child:
             self.lines.put(line.rstrip("\n"))
         self.lines.put("<EOF>")
 
-    def expect(self, prefix: str, timeout: float = 30.0) -> str:
-        """The next stdout line starting with ``prefix`` (fails on EOF or timeout)."""
+    def expect(self, prefix: str, timeout: float = 30.0, *, keep: bool = False) -> str:
+        """The next stdout line starting with ``prefix`` (fails on EOF or timeout); lines
+        skipped on the way are dropped, or with ``keep`` left for the next ``expect``
+        (the resumed turn may announce itself before the READY line)."""
+        while self._backlog:
+            line = self._backlog.pop(0)
+            if line.startswith(prefix):
+                return line
         while True:
             try:
                 line = self.lines.get(timeout=timeout)
@@ -57,6 +64,8 @@ class Child:
             self.seen.append(line)
             if line.startswith(prefix):
                 return line
+            if keep:
+                self._backlog.append(line)
 
     def turns(self) -> list[str]:
         """Messages that reached the agent so far (as read)."""

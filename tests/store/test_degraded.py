@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.store import SessionDB
 from hermes_actors.store.mirror import DEGRADED_KEY
@@ -141,6 +142,38 @@ class TestWriteFailureAfterOpen:
         assert [m["content"] for m in store.load_transcript(entry.session_id)] == [
             "before", "after",
         ]  # fmt: skip
+
+    def test_entries_not_read_yet_are_kept_in_the_degraded_mirror(self, make_store, home):
+        store = make_store()
+        entries = [store.get_or_create_session(dm(str(n))) for n in range(5)]
+        store.close()
+        store = make_store()  # reopened: no entry read yet
+        db = store.db
+        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        assert store.mark_resume_pending(entries[0].session_key, "restart_timeout")
+        assert store.degraded
+        mirror = _mirror(home)
+        assert {e.session_key for e in entries} <= mirror.keys()
+        assert store.get(entries[3].session_key) == entries[3]
+        assert mirror[entries[0].session_key]["resume_reason"] == "restart_timeout"
+
+    def test_unreadable_database_falls_back_to_the_last_mirror(self, make_store, home,
+                                                                monkeypatch):
+        store = make_store()
+        entries = [store.get_or_create_session(dm(str(n))) for n in range(3)]
+        store.close()  # writes sessions.json
+        store = make_store()
+        db = store.db
+
+        def unreadable():
+            raise StoreError("disk I/O error")
+
+        monkeypatch.setattr(db, "load_routing", unreadable)
+        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        assert store.mark_resume_pending(entries[0].session_key, "restart_timeout")
+        assert store.degraded
+        assert store.get(entries[2].session_key) == entries[2]
+        assert {e.session_key for e in entries} <= _mirror(home).keys()
 
     def test_given_database_is_not_closed_by_the_store(self, make_store, home):
         db = SessionDB(home / "state.db")

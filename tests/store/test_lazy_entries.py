@@ -118,14 +118,14 @@ class TestEntryMap:
             return parse_entry(key, text)
 
         entries = EntryMap(parse)
-        entries.load({self.KEY: json.dumps(old.to_dict())}, {})
+        entries.load([], {self.KEY: json.dumps(old.to_dict())})
         assert entries.get(self.KEY) == new
         assert entries.get(self.KEY) == new
 
     def test_flags_follow_commits(self):
         entries = EntryMap(parse_entry)
         plain = self._entry("20240101_000000_aaaa0001")
-        entries.load({self.KEY: json.dumps(plain.to_dict())}, {})
+        entries.load([], {self.KEY: json.dumps(plain.to_dict())})
         assert entries.flagged() == []
         marked = self._entry("20240101_000000_aaaa0001", resume_pending=True)
         entries.put(self.KEY, marked, json.dumps(marked.to_dict()))
@@ -134,6 +134,39 @@ class TestEntryMap:
         assert entries.flagged() == []
         entries.pop(self.KEY)
         assert len(entries) == 0 and entries.get(self.KEY) is None
+
+    def test_texts_not_in_memory_are_fetched_once_on_first_use(self):
+        rows = {f"agent:main:telegram:dm:{n}": json.dumps(SessionEntry(
+            session_key=f"agent:main:telegram:dm:{n}",
+            session_id=f"20240101_000000_aaaa000{n}").to_dict()) for n in range(3)}
+        fetched = []
+
+        def fetch(key):
+            fetched.append(key)
+            return rows.get(key)
+
+        entries = EntryMap(parse_entry, fetch, lambda: list(rows.items()))
+        entries.load([*rows, "agent:main:telegram:dm:9"], {})
+        first = "agent:main:telegram:dm:0"
+        assert entries.get(first).session_id == "20240101_000000_aaaa0000"
+        assert entries.get(first) is entries.get(first) and fetched == [first]
+        # a key whose row vanished is forgotten
+        assert entries.get("agent:main:telegram:dm:9") is None
+        assert len(entries) == 3
+        # the mirror's view reads the rest in one pass, without keeping it
+        assert entries.texts() == rows and entries.parsed == 1
+        # a bulk pass fills the rest in one read, not one per key
+        assert len(entries.values()) == 3 and len(fetched) == 2
+
+    def test_fill_never_overwrites_a_newer_text(self):
+        entries = EntryMap(parse_entry)
+        newer = self._entry("20240101_000000_aaaa0002")
+        entries.load([self.KEY, "agent:main:telegram:dm:2"], {})
+        entries.put(self.KEY, newer, json.dumps(newer.to_dict()))
+        stale = json.dumps(self._entry("20240101_000000_aaaa0001").to_dict())
+        assert entries.fill({self.KEY: stale}) == 1  # dm:2 still has no text
+        assert entries.get(self.KEY) == newer
+        assert entries.texts()[self.KEY] == json.dumps(newer.to_dict())
 
     def test_substring_test_is_conservative(self):
         plain = self._entry("20240101_000000_aaaa0001").to_dict()
