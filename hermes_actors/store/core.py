@@ -280,7 +280,7 @@ class StoreCore:
     def _load(self) -> None:
         mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self._ts())
         mirror_wins = mirror.degraded_since is not None
-        keys: list[str] = []
+        keys: dict[str, None] = {}
         texts: dict[str, str] = {}
         if self.db is not None:
             try:
@@ -291,9 +291,8 @@ class StoreCore:
                     texts = dict(self.db.load_routing_flagged())
             except StoreUnavailableError as exc:
                 self._switch_to_degraded(exc, self._backend)
-                keys, texts = [], {}
-        known: dict[str, str | None] = dict.fromkeys(keys)
-        known.update(texts)
+                keys, texts = {}, {}
+        known: dict[str, Any] = texts if mirror_wins else keys
         added, skipped = mirror_additions(known, mirror.entries, mirror_wins=mirror_wins)
         for key, reason in skipped:
             log.warning("skipping session entry %r: %s", key, reason)

@@ -273,11 +273,11 @@ class SessionDB:
         return self._read(lambda: self._database.execute_sql(
             'SELECT session_key, entry FROM "routing"').fetchall())
 
-    def load_routing_keys(self) -> list[str]:
-        """Every routing key (read from the key index, without the entries' text)."""
-        rows = self._read(lambda: self._database.execute_sql(
-            'SELECT session_key FROM "routing"').fetchall())
-        return [key for (key,) in rows]
+    def load_routing_keys(self) -> dict[str, None]:
+        """Every routing key, as an ordered set (``dict`` with ``None`` values), read from
+        the key index without the entries' text."""
+        return self._read(lambda: dict.fromkeys(key for (key,) in self._database.execute_sql(
+            'SELECT session_key FROM "routing"')))
 
     def load_routing_flagged(self) -> list[tuple[str, str]]:
         """``(session_key, entry text)`` of the rows that may carry a turn marker or a

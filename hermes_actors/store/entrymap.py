@@ -61,17 +61,19 @@ class EntryMap:
         self._parsed: dict[str, SessionEntry] = {}
         self._flagged: set[str] = set()
 
-    def load(self, keys: Iterable[str], texts: Mapping[str, str],
+    def load(self, keys: dict[str, None], texts: Mapping[str, str],
              parsed: Mapping[str, SessionEntry] = {}) -> None:  # noqa: B006 - read only
-        """Replace the contents: every key that exists, the texts known so far (those the
-        map cannot fetch must be among them), and entries already parsed."""
+        """Replace the contents: every key that exists (an ordered set the map takes over),
+        the texts known so far (those the map cannot fetch must be among them), and
+        entries already parsed."""
         flagged = {k for k, t in texts.items() if _NO_MARKER not in t or _NO_RESUME not in t}
         flagged.difference_update(parsed)
         flagged.update(k for k, e in parsed.items() if _needs_recovery(e))
-        known = dict.fromkeys(keys)
-        known.update(dict.fromkeys(texts))
+        for key in texts:
+            if key not in keys:
+                keys[key] = None
         with self._lock:
-            self._keys = known
+            self._keys = keys
             self._texts = dict(texts)
             self._parsed = dict(parsed)
             self._flagged = flagged

@@ -118,14 +118,14 @@ class TestEntryMap:
             return parse_entry(key, text)
 
         entries = EntryMap(parse)
-        entries.load([], {self.KEY: json.dumps(old.to_dict())})
+        entries.load({}, {self.KEY: json.dumps(old.to_dict())})
         assert entries.get(self.KEY) == new
         assert entries.get(self.KEY) == new
 
     def test_flags_follow_commits(self):
         entries = EntryMap(parse_entry)
         plain = self._entry("20240101_000000_aaaa0001")
-        entries.load([], {self.KEY: json.dumps(plain.to_dict())})
+        entries.load({}, {self.KEY: json.dumps(plain.to_dict())})
         assert entries.flagged() == []
         marked = self._entry("20240101_000000_aaaa0001", resume_pending=True)
         entries.put(self.KEY, marked, json.dumps(marked.to_dict()))
@@ -146,7 +146,7 @@ class TestEntryMap:
             return rows.get(key)
 
         entries = EntryMap(parse_entry, fetch, lambda: list(rows.items()))
-        entries.load([*rows, "agent:main:telegram:dm:9"], {})
+        entries.load(dict.fromkeys([*rows, "agent:main:telegram:dm:9"]), {})
         first = "agent:main:telegram:dm:0"
         assert entries.get(first).session_id == "20240101_000000_aaaa0000"
         assert entries.get(first) is entries.get(first) and fetched == [first]
@@ -161,7 +161,7 @@ class TestEntryMap:
     def test_fill_never_overwrites_a_newer_text(self):
         entries = EntryMap(parse_entry)
         newer = self._entry("20240101_000000_aaaa0002")
-        entries.load([self.KEY, "agent:main:telegram:dm:2"], {})
+        entries.load(dict.fromkeys([self.KEY, "agent:main:telegram:dm:2"]), {})
         entries.put(self.KEY, newer, json.dumps(newer.to_dict()))
         stale = json.dumps(self._entry("20240101_000000_aaaa0001").to_dict())
         assert entries.fill({self.KEY: stale}) == 1  # dm:2 still has no text
