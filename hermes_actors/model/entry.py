@@ -119,6 +119,22 @@ class SessionEntry:
         if self.prev_session_id is not None:
             validate_session_id(self.prev_session_id)
 
+    def evolve(self, **changes: Any) -> SessionEntry:
+        """``dataclasses.replace`` for the hot path: flags, times and the turn marker only.
+
+        Skips ``__post_init__`` (ids and keys cannot change here, so nothing needs
+        re-validating): a turn replaces its entry twice, and ``replace`` re-runs every
+        field's default handling and validation each time. Other fields raise ``TypeError``.
+        """
+        unknown = changes.keys() - _EVOLVABLE
+        if unknown:
+            raise TypeError(f"evolve() cannot change {', '.join(sorted(unknown))}")
+        new = object.__new__(SessionEntry)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        return new
+
     @property
     def has_active_turn(self) -> bool:
         """Whether a durable in-flight turn marker is set."""
@@ -195,3 +211,8 @@ class SessionEntry:
 #: as a fifth of the hub's time per turn in profiles.
 _FIELD_NAMES = tuple(f.name for f in fields(SessionEntry))
 _FIELD_SET = frozenset(_FIELD_NAMES)
+#: What :meth:`SessionEntry.evolve` may change.
+_EVOLVABLE = frozenset({
+    "updated_at", "suspended", "resume_pending", "resume_reason", "last_resume_marked_at",
+    "active_turn_token", "active_turn_started_at", "active_turn_internal",
+})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any, NamedTuple
 
+from hermes_actors.model.ids import new_id
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import isoformat, parse_timestamp, utc_now
 
@@ -62,7 +62,7 @@ def parse_command(text: str) -> Command | None:
 
 
 def _new_event_id() -> str:
-    return uuid.uuid4().hex
+    return new_id()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ host local time; it is interpreted that way once, on load, and never produced ag
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 
 __all__ = ["epoch", "from_epoch", "isoformat", "parse_timestamp", "utc_now"]
@@ -32,8 +33,15 @@ def isoformat(value: datetime | None) -> str | None:
     """ISO 8601 with offset (UTC) or ``None``."""
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.astimezone()
+    if value.tzinfo is None:  # host local time (never cached: the zone may change)
+        return value.astimezone().astimezone(timezone.utc).isoformat()
+    return _aware_isoformat(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _aware_isoformat(value: datetime) -> str:
+    # Cached: an entry is serialised at every change with mostly the same times, and equal
+    # aware datetimes are the same instant, so they render alike in UTC.
     return value.astimezone(timezone.utc).isoformat()
 
 

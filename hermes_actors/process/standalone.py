@@ -34,6 +34,7 @@ from hermes_actors.adapters.http import HttpApi, make_server
 from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, OutboxAdapter
 from hermes_actors.cli import CommandFailed
 from hermes_actors.config import GatewayConfig
+from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 from hermes_actors.process.lock import HomeLock
 from hermes_actors.runtime.gateway import Gateway
 
@@ -127,6 +128,7 @@ def _serve(home: Path, config: GatewayConfig) -> int:
     http = config.http
     _log_event("starting", pid=os.getpid(), home=home.resolve(), agent=config.agent.kind,
                platforms=",".join(http.platforms))
+    tune_gc()
     outbox = Outbox()
     adapters = [OutboxAdapter(platform, outbox) for platform in http.platforms]
     gateway = Gateway(home, config, adapters=adapters)
@@ -142,6 +144,7 @@ def _serve(home: Path, config: GatewayConfig) -> int:
     signals.install()
     try:
         report = gateway.start()
+        freeze_startup_heap()
         report_box.append(report)
         print(report.summary(), flush=True)
         server.start()

@@ -127,7 +127,10 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     store, config = services.store, services.config
     internal = event.internal
     # The activity bump of §6 step 4 rides on begin_turn's routing write (one commit less).
-    entry = store.get_or_create_session(event.source, touch_activity=False)
+    # The actor's key is the source's key: an existing, usable entry needs no §6 pass.
+    entry = store.get(key)
+    if entry is None or entry.suspended:
+        entry = store.get_or_create_session(event.source, touch_activity=False)
     session_id = entry.session_id
     bound = event.metadata.get("session_id")
     if internal and bound and bound != session_id:

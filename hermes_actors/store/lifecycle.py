@@ -114,8 +114,8 @@ def touched(entry: SessionEntry, source: SessionSource, now: datetime) -> Sessio
 
 def clear_turn_marker(entry: SessionEntry) -> SessionEntry:
     """``entry`` without its durable turn marker."""
-    return replace(
-        entry, active_turn_token=None, active_turn_started_at=None, active_turn_internal=False
+    return entry.evolve(
+        active_turn_token=None, active_turn_started_at=None, active_turn_internal=False
     )
 
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import validate_session_id, validate_session_key
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.ids import new_id
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store import ledger, lifecycle
 from hermes_actors.store.ops import (
@@ -145,10 +144,9 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                     f"session {session_key!r} moved to {entry.session_id} (a /new or /reset) "
                     f"before the turn on {session_id} began"
                 )
-            token = uuid.uuid4().hex
+            token = new_id()
             now = self._now()
-            marked = replace(
-                entry,
+            marked = entry.evolve(
                 active_turn_token=token,
                 active_turn_started_at=now,
                 active_turn_internal=bool(internal),
@@ -194,8 +192,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                     continue
                 new = lifecycle.clear_turn_marker(entry)
                 if item.resume_reason is not None and not entry.suspended:
-                    new = replace(new, resume_pending=True, resume_reason=item.resume_reason,
-                                  last_resume_marked_at=now)
+                    new = new.evolve(resume_pending=True, resume_reason=item.resume_reason,
+                                     last_resume_marked_at=now)
                 put.append(new)
             if ops or put:
                 self._commit(ops, put=put)

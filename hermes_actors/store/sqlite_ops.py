@@ -102,6 +102,9 @@ _LEDGER_CLAIM = (
     "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_pid = ?,"
     " owner_started_at = ?, updated_at = ? WHERE obligation_id = ?"
 )
+#: The common claim in one statement: a fresh ``pending`` row nobody owns is always
+#: claimable (``ledger.claim_allowed``); anything else takes the read-and-decide path.
+_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_pid IS NULL"
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ? WHERE obligation_id = ?"
@@ -254,6 +257,9 @@ class SqliteOps:
         )
 
     def _ledger_claim(self, op: LedgerClaim) -> bool:
+        args = (op.owner_pid, op.owner_started_at, op.at, op.obligation_id)
+        if self._db.execute_sql(_LEDGER_CLAIM_FRESH, args).rowcount:
+            return True
         row = self._db.execute_sql(_LEDGER_CLAIM_READ, (op.obligation_id,)).fetchone()
         if row is None:
             return False
@@ -267,12 +273,14 @@ class SqliteOps:
             is_alive=self._is_alive,
         ):
             return False
-        self._db.execute_sql(
-            _LEDGER_CLAIM, (op.owner_pid, op.owner_started_at, op.at, op.obligation_id)
-        )
+        self._db.execute_sql(_LEDGER_CLAIM, args)
         return True
 
     def _ledger_finish(self, op: LedgerFinish) -> str | None:
+        if op.state == "delivered":  # final whatever the attempts: one statement
+            done = self._db.execute_sql(_LEDGER_FINISH, ("delivered", None, op.at,
+                                                         op.obligation_id)).rowcount
+            return "delivered" if done else None
         row = self._db.execute_sql(_LEDGER_FINISH_READ, (op.obligation_id,)).fetchone()
         if row is None:
             return None

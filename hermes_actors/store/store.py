@@ -12,13 +12,13 @@ runtime calls around a turn (inbox, turn start, ledger) come from
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import SessionEntry, validate_session_id
+from hermes_actors.model.ids import new_id
 from hermes_actors.model.keys import build_session_key
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import epoch
@@ -85,6 +85,10 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         """The entry for ``source``'s key after §6: create, force a new session, rotate a
         suspended one, keep a resume-pending one unchanged, or touch ``updated_at``."""
         key = self.session_key_for(source)
+        entry = self._entries.get(key)
+        if entry is not None and lifecycle.access_action(
+                entry, force_new=force_new, touch_activity=touch_activity) in ("keep", "resume"):
+            return entry  # nothing to write: an immutable snapshot needs no lock
         with self._key_lock(key):
             entry = self._entries.get(key)
             action = lifecycle.access_action(
@@ -162,6 +166,9 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
 
     def clear_resume_pending(self, key: str) -> bool:
         """Clear ``resume_pending`` and its reason (after a successful turn)."""
+        entry = self._entries.get(key)
+        if entry is not None and not entry.resume_pending and entry.resume_reason is None:
+            return True  # the common case after every turn: nothing to change, no lock
         return self._change(key, lambda e: replace(e, resume_pending=False, resume_reason=None))
 
     def clear_resume_pending_many(self, keys: Iterable[str]) -> int:
@@ -177,8 +184,8 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         return len(changed)
 
     def mark_turn_active(self, key: str, *, internal: bool = False) -> str:
-        """Durably mark a turn as running; returns its token (uuid4 hex)."""
-        token = uuid.uuid4().hex
+        """Durably mark a turn as running; returns its token (32 hex digits)."""
+        token = new_id()
         now = self._now()
 
         def mark(entry: SessionEntry) -> SessionEntry:

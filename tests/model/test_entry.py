@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,6 +17,7 @@ from hermes_actors.model.entry import (
     validate_session_key,
 )
 from hermes_actors.model.source import SessionSource
+from hermes_actors.model.timeutil import from_epoch
 
 UTC = timezone.utc
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -277,3 +279,24 @@ class TestPathSafety:
     def test_non_string_ids_are_rejected(self):
         with pytest.raises(ValueError):
             SessionEntry.from_dict({"session_key": KEY, "session_id": 123})
+
+
+class TestEvolve:
+    """The hot path's replace: markers, flags and times only, equal to dataclasses.replace."""
+
+    def _entry(self):
+        return SessionEntry(session_key="agent:main:telegram:dm:1",
+                            session_id="20240101_000000_aaaa0001")
+
+    def test_same_as_replace(self):
+        entry = self._entry()
+        changes = {"active_turn_token": "t" * 32, "active_turn_started_at": from_epoch(5.0),
+                   "updated_at": from_epoch(6.0), "resume_pending": True}
+        evolved = entry.evolve(**changes)
+        assert evolved == replace(entry, **changes)
+        assert evolved.to_dict() == replace(entry, **changes).to_dict()
+        assert entry.active_turn_token is None  # the original is untouched
+
+    def test_ids_cannot_be_evolved(self):
+        with pytest.raises(TypeError, match="session_id"):
+            self._entry().evolve(session_id="../../etc")
