@@ -3,12 +3,17 @@
 Under ``gevent.monkey.patch_all()`` a ``threading.Thread`` is a greenlet wrapped in a
 thread object, and ``Thread.start()`` blocks its caller until the new greenlet has run (a
 hub round trip). Session actors and turn workers are started by the thousand, so there they
-are spawned as bare greenlets: no wait, no thread bookkeeping. Without gevent nothing
-changes: real daemon threads, as pykka's ``ThreadingActor`` starts them.
+are spawned as bare greenlets: no wait, no thread bookkeeping. For the same reason a
+:class:`LightActor`'s inbox and futures are gevent's (compiled) queue and event there,
+instead of ``queue.Queue`` and ``ThreadingFuture``, whose patched ``Condition`` objects are
+pure Python: every ask paid for building one. Without gevent nothing changes: real daemon
+threads, pykka's own inbox and futures.
 """
 
 from __future__ import annotations
 
+import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +22,23 @@ import pykka
 
 from hermes_actors.store.executor import gevent_threading_patched
 
-__all__ = ["LightActor", "spawn"]
+__all__ = ["GreenFuture", "LightActor", "spawn"]
+
+_green: list[bool] = []  # once gevent has patched threading, it stays patched
+
+
+def _in_gevent() -> bool:
+    if _green:
+        return True
+    if gevent_threading_patched():
+        _green.append(True)
+        return True
+    return False
 
 
 def spawn(fn: Callable[[], Any], name: str) -> None:
     """Run ``fn()`` concurrently: a bare greenlet under gevent, else a daemon thread."""
-    if gevent_threading_patched():
+    if _in_gevent():
         import gevent
 
         gevent.spawn(fn)
@@ -30,11 +46,76 @@ def spawn(fn: Callable[[], Any], name: str) -> None:
         threading.Thread(target=fn, name=name, daemon=True).start()
 
 
+class GreenFuture(pykka.Future):
+    """A pykka future on a gevent event, for greenlets of one hub (see module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import gevent.event
+
+        self._done = gevent.event.Event()
+        self._result: tuple[Any, Any] | None = None
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        """The value (or raise the exception) once set; ``pykka.Timeout`` after ``timeout``."""
+        try:
+            return super().get(timeout=timeout)  # a get hook (map, filter, ...) answers
+        except NotImplementedError:
+            pass
+        if not self._done.wait(timeout):
+            raise pykka.Timeout(f"{timeout} seconds")
+        value, exc_info = self._result
+        if exc_info is not None:
+            exc_type, exc_value, exc_traceback = exc_info
+            if exc_value is None:
+                exc_value = exc_type()
+            if exc_value.__traceback__ is not exc_traceback:
+                raise exc_value.with_traceback(exc_traceback)
+            raise exc_value
+        return value
+
+    def set(self, value: Any = None) -> None:
+        """Resolve with ``value`` (once)."""
+        if self._result is not None or self._get_hook is not None:
+            raise queue.Full
+        self._result = (value, None)
+        self._done.set()
+
+    def set_exception(self, exc_info: Any = None) -> None:
+        """Resolve with an exception (``sys.exc_info()`` by default; once)."""
+        if exc_info is None:
+            exc_info = sys.exc_info()
+        if self._result is not None or self._get_hook is not None:
+            raise queue.Full
+        self._result = (None, exc_info)
+        self._done.set()
+
+    def set_get_hook(self, func: Any) -> None:
+        """See ``pykka.Future.set_get_hook``."""
+        if self._result is not None:
+            raise queue.Full
+        super().set_get_hook(func)
+
+
 class LightActor(pykka.ThreadingActor):
-    """A ``ThreadingActor`` whose loop is a bare greenlet under gevent (see module doc)."""
+    """A ``ThreadingActor`` that is a bare greenlet under gevent (see module doc)."""
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        if _in_gevent():
+            import gevent.queue
+
+            return gevent.queue.Queue()
+        return pykka.ThreadingActor._create_actor_inbox()
+
+    @staticmethod
+    def _create_future() -> pykka.Future:
+        if _in_gevent():
+            return GreenFuture()
+        return pykka.ThreadingFuture()
 
     def _start_actor_loop(self) -> None:
-        if gevent_threading_patched():
+        if _in_gevent():
             import gevent
 
             gevent.spawn(self._actor_loop)

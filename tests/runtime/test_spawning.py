@@ -1,0 +1,77 @@
+"""LightActor under gevent: bare greenlets, gevent inbox and futures, pykka semantics kept.
+
+Run in a child process, since gevent's patching is process-wide. Without gevent a
+LightActor is a plain ThreadingActor; the whole runtime suite covers that mode.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pykka
+
+from hermes_actors.runtime.spawning import LightActor
+
+CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import threading
+import pykka
+from hermes_actors.runtime.spawning import GreenFuture, LightActor
+
+class Echo(LightActor):
+    def on_receive(self, message):
+        if message == "boom":
+            raise ValueError("boom")
+        return message * 2
+
+threads_before = threading.active_count()
+ref = Echo.start()
+assert threading.active_count() == threads_before, "no thread object per actor"
+future = ref.ask(21, block=False)
+assert isinstance(future, GreenFuture)
+assert future.get(timeout=5) == 42
+assert ref.ask(2, block=False).map(lambda v: v + 1).get(timeout=5) == 5
+try:
+    ref.ask("boom")
+except ValueError as exc:
+    assert str(exc) == "boom"
+else:
+    raise AssertionError("the handler's exception must reach the asker")
+idle = GreenFuture()
+try:
+    idle.get(timeout=0.01)
+except pykka.Timeout:
+    pass
+else:
+    raise AssertionError("an unset future must time out")
+idle.set(1)
+try:
+    idle.set(2)
+except Exception as exc:
+    assert type(exc).__name__ == "Full"
+assert idle.get() == 1
+ref.stop()
+print("ok")
+"""
+
+
+def test_under_gevent():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_without_gevent_it_is_a_threading_actor():
+    class Echo(LightActor):
+        def on_receive(self, message):
+            return message
+
+    ref = Echo.start()
+    try:
+        future = ref.ask("x", block=False)
+        assert isinstance(future, pykka.ThreadingFuture)
+        assert future.get(timeout=5) == "x"
+    finally:
+        ref.stop()
