@@ -26,7 +26,7 @@ from hermes_actors.model.keys import (
     is_shared_multi_user_session,
     is_threaded,
 )
-from hermes_actors.model.platform import platform_title
+from hermes_actors.model.platform import Platform, platform_title
 from hermes_actors.model.redact import redact_chat_id, redact_user_id, should_redact
 from hermes_actors.model.source import SessionSource
 
@@ -215,6 +215,31 @@ def build_session_context_prompt(context: SessionContext, *, redact_pii: bool = 
     ``redact_pii`` ids of PII-safe platforms are hashed (names are kept); Discord, Slack and
     unflagged plugin platforms always show raw ids.
     """
+    # It depends on nothing else (and the plugin registry: titles, PII flags), so a
+    # session's turns share one rendering.
+    source = context.source
+    if source.message_id is not None:
+        source = replace(source, message_id=None)
+    key = (source, context.shared_multi_user_session, tuple(context.connected_platforms),
+           tuple(context.home_channels.items()), redact_pii, Platform.registry_version())
+    try:
+        return _PROMPTS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable field (e.g. plugin metadata): render every time
+        return _render_prompt(context, redact_pii)
+    if len(_PROMPTS) >= _PROMPT_CACHE_SIZE:
+        _PROMPTS.clear()
+    prompt = _PROMPTS[key] = _render_prompt(context, redact_pii)
+    return prompt
+
+
+#: Rendered prompts by everything they depend on (bounded: cleared when full).
+_PROMPTS: dict[tuple, str] = {}
+_PROMPT_CACHE_SIZE = 10_000
+
+
+def _render_prompt(context: SessionContext, redact_pii: bool) -> str:
     shown = _shown_source(context.source, should_redact(context.source.platform, redact_pii))
     lines = [_HEADING, "", _UNTRUSTED_NOTE, ""]
     lines += _source_lines(shown)

@@ -40,6 +40,8 @@ class _Registry:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.plugins: dict[str, bool] = {}
+        #: Bumped at every change (what depends on the registry can tell it changed).
+        self.version = 0
 
 
 _registry = _Registry()
@@ -82,6 +84,7 @@ class Platform(str, Enum):
             return norm
         with _registry.lock:
             _registry.plugins[norm] = bool(pii_safe)
+            _registry.version += 1
         return norm
 
     @classmethod
@@ -89,6 +92,12 @@ class Platform(str, Enum):
         """Forget a plugin platform (tests use this to keep the registry clean)."""
         with _registry.lock:
             _registry.plugins.pop(str(name).strip().lower(), None)
+            _registry.version += 1
+
+    @classmethod
+    def registry_version(cls) -> int:
+        """A number that changes whenever a plugin platform is registered or removed."""
+        return _registry.version
 
     @classmethod
     def is_known(cls, name: object) -> bool:

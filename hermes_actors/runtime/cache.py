@@ -156,13 +156,23 @@ class AgentCacheActor(LightActor):
         return slot.agent
 
     def checkin(self, session_key: str, session_id: str, agent: Any, *,
-                persisted: bool = True) -> None:
+                persisted: bool = True, on_done: Callable[[], None] | None = None) -> None:
         """Return (or first insert) an agent after a turn; enforces the LRU cap.
 
         ``persisted=False`` says the turn's transcript is not fully in the store yet: the
         agent is then never evicted until a later checkin says it is. An agent discarded
         while it was out is closed now (if ``close_all`` has not already) and not cached.
+        ``on_done()`` is called at the end, evictions included (a turn sends its checkin
+        without waiting and counts it as outstanding work until then).
         """
+        try:
+            self._checkin(session_key, session_id, agent, persisted)
+        finally:
+            if on_done is not None:
+                on_done()
+
+    def _checkin(self, session_key: str, session_id: str, agent: Any,
+                 persisted: bool) -> None:
         retired = self._retired.pop(id(agent), None)
         if retired is not None and retired.agent is agent:
             if not retired.closed:

@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import pykka
+
 from hermes_actors.agents.base import TurnRequest, TurnResult
 from hermes_actors.model.context import build_session_context, build_session_context_prompt
 from hermes_actors.model.events import MessageEvent
@@ -204,8 +206,16 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     finally:
         if agent is not None:
             # An agent whose turn was not fully persisted is never released by the cache.
-            # Waited for, so wait_idle() also covers the evictions this checkin triggers.
-            services.cache.checkin(key, session_id, agent, persisted=persisted).get()
+            # Sent without waiting (the session's next checkout queues behind it in the
+            # cache's mailbox); counted until done, so wait_idle() covers its evictions.
+            tracker = services.tracker
+            tracker.add()
+            try:
+                services.cache.checkin.defer(key, session_id, agent, persisted=persisted,
+                                             on_done=tracker.done)
+            except pykka.ActorDeadError:
+                tracker.done()
+                raise
     grown = len(message.encode()) + len((result.reply or "").encode())
     if should_check_pressure(grown):
         services.cache.check_pressure()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pykka
 import pytest
@@ -345,6 +346,21 @@ class TestBoundaries:
         assert c.proxy.discard("a").get() is False
         assert c.checkout("a") is None
         assert c.stats().closed == 1
+
+    def test_checkin_sent_without_waiting_reports_done_after_its_evictions(self, make_cache):
+        c = make_cache(max_size=1)
+        c.put("a")
+        done = threading.Event()
+        seen: list = []
+
+        def on_done() -> None:
+            seen.append(list(c.calls))
+            done.set()
+
+        c.proxy.checkin.defer("b", "sid-b", c.agent("b"), persisted=True, on_done=on_done)
+        assert done.wait(5)
+        assert [call[:2] for call in seen[0]] == [("a", "commit_memory"),
+                                                  ("a", "release_clients")]
 
     def test_discard_while_in_use_then_checkin_does_not_resurrect(self, make_cache):
         c = make_cache()

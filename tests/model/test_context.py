@@ -474,3 +474,20 @@ class TestRedaction:
         one = prompt_for(replace(source, message_id="a"), redact_pii=True)
         two = prompt_for(replace(source, message_id="b"), redact_pii=True)
         assert one == two
+
+
+class TestPromptReuse:
+    """The prompt is rendered once per distinct input and never served stale."""
+
+    def test_inputs_that_change_the_prompt_are_all_in_its_key(self, plugin):
+        src = SessionSource("plainchat", chat_id="c1", user_id="u1")
+        base = prompt_for(src, connected_platforms=["local", "plainchat"])
+        assert prompt_for(replace(src, message_id="m9"),
+                          connected_platforms=["local", "plainchat"]) == base
+        assert prompt_for(src, connected_platforms=["local"]) != base
+        assert prompt_for(replace(src, user_name="Bob"),
+                          connected_platforms=["local", "plainchat"]) != base
+        raw = prompt_for(src, redact_pii=True, connected_platforms=["local", "plainchat"])
+        Platform.register("plainchat", pii_safe=True)  # the registry changed: ids now hashed
+        assert prompt_for(src, redact_pii=True,
+                          connected_platforms=["local", "plainchat"]) != raw
