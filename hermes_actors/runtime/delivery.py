@@ -45,10 +45,16 @@ def _process_started_at() -> float:
 
 
 class Delivery:
-    """Sends owed text through the matching adapter, bookkept in the delivery ledger."""
+    """Sends owed text through the matching adapter, bookkept in the delivery ledger.
 
-    def __init__(self, store, adapters: Iterable, *, ledger: bool = True) -> None:
+    With a ``tracker`` (the gateway's), an attempt's outcome is committed without making
+    the sender wait; the tracker counts it until it is durable.
+    """
+
+    def __init__(self, store, adapters: Iterable, *, ledger: bool = True,
+                 tracker: ActivityTracker | None = None) -> None:
         self._store = store
+        self._tracker = tracker
         self._adapters = {a.platform: a for a in adapters}
         self._ledger = ledger
         self.owner_pid = os.getpid()
@@ -129,10 +135,24 @@ class Delivery:
             return False
         ok, error = self._send(adapter, target, text)
         if owed.id is not None:
-            self._store.ledger_finish(
-                owed.id, "delivered" if ok else "failed", error=None if ok else error
-            )
+            self._finish(owed.id, ok, error)
         return ok
+
+    def _finish(self, obligation_id: str, ok: bool, error: str | None) -> None:
+        """Record the outcome; with a tracker, without waiting for the commit (counted as
+        outstanding work until it is durable, so ``wait_idle`` covers it)."""
+        state, error = ("delivered", None) if ok else ("failed", error)
+        tracker = self._tracker
+        if tracker is None:
+            self._store.ledger_finish(obligation_id, state, error=error)
+            return
+        tracker.add()
+        try:
+            self._store.ledger_finish_later(obligation_id, state, error=error,
+                                            on_done=tracker.done)
+        except BaseException:
+            tracker.done()
+            raise
 
     def attempt_many(self, items: Iterable[tuple[str, SessionSource, str]]) -> list[str]:
         """:meth:`attempt` for several recorded obligations ``(id, target, text)``: one claim

@@ -124,7 +124,8 @@ class Gateway:
         self._store = SessionStore(
             self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
         )
-        delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger)
+        delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger,
+                            tracker=self._tracker)
         cache = AgentCacheActor.start(
             self.config.agent.agent_cache, self.clock, probe=self.memory_probe or MemoryProbe(),
             load_transcript=self._store.load_transcript,

@@ -249,6 +249,46 @@ class StoreCore:
             self._switch_to_degraded(exc, backend)
             return self._backend.apply(ops)
 
+    def _apply_later(self, ops: list[Any], on_done: Callable[[], None]) -> None:
+        """Apply ``ops`` without waiting (routing is never among them); ``on_done()`` once
+        they are durable or have failed (logged). A database that fails is switched away
+        from and the ops re-applied in degraded mode, off the caller and off the hub."""
+        backend = self._backend
+        later = getattr(backend, "apply_later", None)
+        if later is None:
+            try:
+                self._apply(ops)
+            except StoreError:
+                log.exception("a deferred write failed")
+            finally:
+                on_done()
+            return
+
+        def finished(ok: bool, value: Any) -> None:
+            if ok or not isinstance(value, StoreUnavailableError):
+                if not ok:
+                    log.error("a deferred write failed: %s", value)
+                on_done()
+                return
+
+            def fall_back() -> None:  # may block: not in the hub's callback
+                try:
+                    self._switch_to_degraded(value, backend)
+                    self._backend.apply(ops)
+                except Exception:  # noqa: BLE001 - logged; the caller is gone
+                    log.exception("a deferred write failed in degraded mode too")
+                finally:
+                    on_done()
+
+            from hermes_actors.runtime.spawning import spawn  # (store ← runtime cycle)
+
+            spawn(fall_back, "deferred-write")
+
+        try:
+            later(ops, finished)
+        except StoreError as exc:  # closed meanwhile
+            finished(False, exc)
+
     def _commit(
         self, ops: list[Any], *, put: list[SessionEntry] = (), delete: list[str] = ()
     ) -> list[Any]:

@@ -195,6 +195,15 @@ class SessionDB:
             raise StoreError(f"the session database {self.path} is closed")
         return self._executor.run_grouped(self._apply_group, list(ops))
 
+    def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
+        """:meth:`apply` without waiting: ``callback(ok, results_or_error)`` once committed
+        (under gevent in the hub, so it must not block; see ``DbExecutor.post_grouped``)."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
+        if self._closed:
+            raise StoreError(f"the session database {self.path} is closed")
+        self._executor.post_grouped(self._apply_group, list(ops), callback)
+
     def _apply_group(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
         """Apply several callers' lists in one transaction; ``(ok, results or error)`` each."""
         if len(lists) > 1:

@@ -30,6 +30,7 @@ collect more callers (adds latency at low load, and the busy worker already coll
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections import deque
@@ -45,6 +46,8 @@ __all__ = [
     "GroupFn",
     "gevent_threading_patched",
 ]
+
+log = logging.getLogger("hermes_actors.store")
 
 T = TypeVar("T")
 
@@ -91,20 +94,33 @@ def gevent_threading_patched() -> bool:
 class _Job:
     """One call: ``fn()``, or ``group([payload, ...])`` together with its neighbours."""
 
-    __slots__ = ("fn", "group", "payload", "ok", "value")
+    __slots__ = ("fn", "group", "payload", "ok", "value", "callback")
 
-    def __init__(self, fn: Callable[[], Any] | None, group: GroupFn | None, payload: Any) -> None:
+    def __init__(self, fn: Callable[[], Any] | None, group: GroupFn | None, payload: Any,
+                 callback: Callable[[bool, Any], None] | None = None) -> None:
         self.fn = fn
         self.group = group
         self.payload = payload
         self.ok = False
         self.value: Any = None
+        #: For a call nobody waits for: ``callback(ok, value)`` once its batch ran.
+        self.callback = callback
 
     def outcome(self) -> Any:
         """The result, or raise the error, in the caller."""
         if self.ok:
             return self.value
         raise self.value
+
+
+def _call_back(jobs: list[_Job]) -> None:
+    """Report the calls of a finished batch that nobody waits for."""
+    for job in jobs:
+        if job.callback is not None:
+            try:
+                job.callback(job.ok, job.value)
+            except Exception:  # noqa: BLE001 - a broken callback must not stop the others
+                log.exception("a database call's completion callback failed")
 
 
 class _Batch:
@@ -170,6 +186,7 @@ class _ThreadWorker:
                 return
             _run_jobs(batch.jobs, self.counts)
             batch.done.set()
+            _call_back(batch.jobs)
 
     def on_worker(self) -> bool:
         """Whether the caller is the worker thread."""
@@ -180,8 +197,9 @@ class _ThreadWorker:
         with self._cond:
             return len(self._open.jobs) if self._open is not None else 0
 
-    def submit(self, job: _Job) -> Any:
-        """Add ``job`` to the open batch and block until its batch ran."""
+    def submit(self, job: _Job, *, wait: bool = True) -> Any:
+        """Add ``job`` to the open batch and block until its batch ran (unless ``wait`` is
+        false: then ``job.callback`` hears of it, on the worker thread)."""
         with self._cond:
             if self._closed:
                 raise StoreError("the database executor is closed")
@@ -190,6 +208,8 @@ class _ThreadWorker:
                 batch = self._open = _Batch(threading.Event())
                 self._cond.notify()
             batch.jobs.append(job)
+        if not wait:
+            return None
         batch.done.wait()
         return job.outcome()
 
@@ -270,6 +290,7 @@ class _GeventWorker:
             batch = self._finished.popleft()
             self._outstanding -= 1
             batch.done.set()
+            _call_back(batch.jobs)  # in the hub: callbacks must not block
         if self._exiting and not self._exit_event.is_set():
             self._exited.acquire()  # the worker's final send() is over (a brief wait)
             self._exited.release()
@@ -288,9 +309,17 @@ class _GeventWorker:
         with self._lock:
             return len(self._open.jobs) if self._open is not None else 0
 
-    def submit(self, job: _Job) -> Any:
-        """Add ``job`` to the open batch; the calling greenlet (or foreign thread) waits."""
+    def submit(self, job: _Job, *, wait: bool = True) -> Any:
+        """Add ``job`` to the open batch; the calling greenlet (or foreign thread) waits,
+        unless ``wait`` is false: then ``job.callback`` hears of it, in the hub."""
         in_hub = self._native_ident() == self._hub_thread
+        if not wait and not in_hub:  # callbacks run in the hub: wait here instead
+            try:
+                value, ok = self.submit(job), True
+            except Exception as exc:  # noqa: BLE001 - reported to the callback
+                value, ok = exc, False
+            job.callback(ok, value)
+            return None
         waiter = None if in_hub else self._native_lock()
         if waiter is not None:
             waiter.acquire()
@@ -310,6 +339,8 @@ class _GeventWorker:
         if first_hub_waiter:
             self._outstanding += 1
             self._async.ref = True
+        if not wait:
+            return None
         if waiter is not None:
             waiter.acquire()
         else:
@@ -374,6 +405,18 @@ class DbExecutor:
                 return value
             raise value
         return self._impl.submit(_Job(None, group, payload))
+
+    def post_grouped(self, group: GroupFn, payload: Any,
+                     callback: Callable[[bool, Any], None]) -> None:
+        """:meth:`run_grouped` without waiting: ``callback(ok, result_or_error)`` is called
+        once the payload ran (and committed). Under gevent the callback runs in the hub and
+        must not block; otherwise it runs on the worker thread."""
+        job = _Job(None, group, payload, callback)
+        if self._impl.on_worker():
+            ok, value = group([payload])[0]
+            callback(ok, value)
+            return
+        self._impl.submit(job, wait=False)
 
     def statistics(self) -> ExecutorStatistics:
         """Batches, calls and group calls so far, and the calls waiting now."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from hermes_actors.errors import StoreError
@@ -280,6 +280,15 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         if state not in ("delivered", "failed"):
             raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
         return self._apply([LedgerFinish(obligation_id, state, error, self._ts())])[0]
+
+    def ledger_finish_later(self, obligation_id: str, state: str, *, error: str | None = None,
+                            on_done: Callable[[], None]) -> None:
+        """:meth:`ledger_finish` without waiting for the commit; ``on_done()`` once durable
+        (or failed, logged). A crash before that commit leaves the row ``attempting``:
+        redelivered once with the recovered prefix, as for a crash right after the send."""
+        if state not in ("delivered", "failed"):
+            raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
+        self._apply_later([LedgerFinish(obligation_id, state, error, self._ts())], on_done)
 
     def ledger_claim_many(self, obligation_ids: Iterable[str], *, owner_pid: int,
                           owner_started_at: float) -> set[str]:

@@ -50,6 +50,23 @@ class TestThreadWorker:
     def test_nested_calls_run_inline(self, executor):
         assert executor.run(lambda: executor.run(lambda: executor.on_worker())) is True
 
+    def test_posted_group_calls_report_to_their_callback(self, executor):
+        done = threading.Event()
+        heard: list = []
+
+        def group(payloads):
+            return [(p != "bad", p if p != "bad" else ValueError(p)) for p in payloads]
+
+        def callback(ok, value):
+            heard.append((ok, value if ok else str(value), executor.on_worker()))
+            if len(heard) == 2:
+                done.set()
+
+        executor.post_grouped(group, "fine", callback)
+        executor.post_grouped(group, "bad", callback)
+        assert done.wait(10)
+        assert heard == [(True, "fine", True), (False, "bad", True)]
+
     def test_closed_executor_refuses_work(self):
         ex = DbExecutor()
         ex.close()
@@ -87,6 +104,15 @@ GEVENT_SCRIPT = textwrap.dedent(
     assert gevent.spawn(lambda: "hub is free").get(timeout=10) == "hub is free"
     gate.release()
     blocked.get(timeout=10)
+
+    # A posted call reports in the hub, once committed; the poster does not wait.
+    heard = []
+    ex.post_grouped(lambda ps: [(True, p * 2) for p in ps], 21,
+                    lambda ok, v: heard.append((ok, v, native_ident())))
+    assert heard == []
+    ex.run(lambda: None)  # the batch after it ran: the hub has heard by now
+    gevent.sleep(0)
+    assert heard == [(True, 42, native_ident())], heard
 
     # A caller on a foreign native thread is served by the same worker.
     pool = ThreadPool(1)

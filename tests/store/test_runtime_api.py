@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import psutil
 import pytest
@@ -273,3 +274,32 @@ class TestHistoryBeforeTurn:
         history = store.load_transcript(sid, before_turn=token)
         assert [m["content"] for m in history] == ["before"]
         assert len(store.load_transcript(sid)) == 3
+
+
+class TestDeferredFinish:
+    """``ledger_finish_later``: the sender does not wait; ``on_done`` once it is durable."""
+
+    def _owed(self, store) -> str:
+        return store.ledger_record(session_key="agent:main:telegram:dm:1", platform="telegram",
+                                   chat_id="1", thread_id=None, content="hi", kind="reply",
+                                   token="t1")
+
+    def test_done_once_durable(self, store):
+        oid = self._owed(store)
+        done = threading.Event()
+        store.ledger_finish_later(oid, "delivered", on_done=done.set)
+        assert done.wait(10)
+        assert [r["state"] for r in store.ledger_rows()] == ["delivered"]
+
+    def test_a_database_gone_bad_falls_back_to_degraded_mode(self, store):
+        oid = self._owed(store)
+        db = store.db
+        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        done = threading.Event()
+        store.ledger_finish_later(oid, "delivered", on_done=done.set)
+        assert done.wait(10)
+        assert store.degraded
+
+    def test_bad_state_is_refused_at_once(self, store):
+        with pytest.raises(ValueError):
+            store.ledger_finish_later("x", "attempting", on_done=lambda: None)
