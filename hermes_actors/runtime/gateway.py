@@ -43,6 +43,7 @@ from hermes_actors.runtime.session_actor import (
     StopAccepting,
 )
 from hermes_actors.runtime.supervisor import SupervisorActor
+from hermes_actors.store.executor import new_rlock
 from hermes_actors.store.store import SessionStore
 
 __all__ = ["Gateway"]
@@ -74,7 +75,7 @@ class Gateway:
         self._agent_factory = agent_factory or agent_factory_from_config(self.config)
         self._state = "new"
         #: Guards the state, the restore gate, held events and in-flight submits.
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(new_rlock())
         self._gate_open = False
         self._held: list[tuple[str, MessageEvent]] = []
         self._inflight = 0

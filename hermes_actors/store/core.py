@@ -37,6 +37,7 @@ from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.degraded import DegradedBackend
 from hermes_actors.store.entrymap import EntryMap
+from hermes_actors.store.executor import new_rlock
 from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.loader import mirror_additions, parse_entry
 from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror_text
@@ -107,7 +108,7 @@ class StoreCore:
         self.config = config or GatewayConfig()
         self._has_active_processes = has_active_processes_fn
         self._clock = clock or _SystemClock()
-        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._stripes = [new_rlock() for _ in range(_STRIPES)]
         self._map_lock = threading.Lock()
         self._switch_lock = threading.Lock()
         #: Routing entries, parsed on first use from the JSON text each routing row holds;

@@ -45,6 +45,7 @@ __all__ = [
     "ExecutorStatistics",
     "GroupFn",
     "gevent_threading_patched",
+    "new_rlock",
 ]
 
 log = logging.getLogger("hermes_actors.store")
@@ -89,6 +90,20 @@ def gevent_threading_patched() -> bool:
     """Whether gevent has monkey-patched ``threading`` in this process."""
     monkey = sys.modules.get("gevent.monkey")
     return bool(monkey is not None and monkey.is_module_patched("threading"))
+
+
+def new_rlock() -> Any:
+    """A re-entrant lock for greenlets and threads of this process's runtime.
+
+    Under gevent, ``threading.RLock`` is threading's pure-Python fallback (every acquire a
+    few Python frames); gevent's own is compiled. Only for locks that native helper threads
+    (the database worker, the hub's thread pool) never take.
+    """
+    if gevent_threading_patched():
+        from gevent.lock import RLock
+
+        return RLock()
+    return threading.RLock()
 
 
 class _Job:
