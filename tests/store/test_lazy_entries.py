@@ -168,6 +168,23 @@ class TestEntryMap:
         assert entries.get(self.KEY) == newer
         assert entries.texts()[self.KEY] == json.dumps(newer.to_dict())
 
+    def test_python_rule_and_sql_index_agree(self):
+        from hermes_actors.store.schema import ROUTING_MAY_NEED_RECOVERY
+
+        plain = self._entry("20240101_000000_aaaa0001").to_dict()
+        texts = [json.dumps(plain, ensure_ascii=False),
+                 json.dumps(plain, separators=(",", ":")),
+                 json.dumps({**plain, "resume_pending": True}),
+                 json.dumps({**plain, "active_turn_token": "t" * 32})]
+        conn = sqlite3.connect(":memory:")
+        try:
+            in_sql = [bool(conn.execute(f"SELECT {ROUTING_MAY_NEED_RECOVERY} FROM"
+                                        " (SELECT ? AS entry)", (t,)).fetchone()[0])
+                      for t in texts]
+        finally:
+            conn.close()
+        assert in_sql == [may_need_recovery(t) for t in texts] == [False, True, True, True]
+
     def test_substring_test_is_conservative(self):
         plain = self._entry("20240101_000000_aaaa0001").to_dict()
         assert not may_need_recovery(json.dumps(plain, ensure_ascii=False))
