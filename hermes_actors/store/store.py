@@ -260,6 +260,18 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
             log.warning("has_active_processes_fn failed for %r (%s); keeping it", key, exc)
             return True
 
+    def _idle_entries(self, cutoff: float) -> list[SessionEntry]:
+        """Entries that may be idle since ``cutoff``: asked of the database, so a prune over
+        100,000 stored sessions parses only the old ones (else every entry)."""
+        db = self.db
+        if db is None:
+            return self.list_sessions()
+        try:
+            keys = db.routing_keys_idle_before(cutoff)
+        except StoreError:
+            return self.list_sessions()
+        return [e for e in map(self._entries.get, keys) if e is not None]
+
     def prune_stale_entries(self, max_age_days: float) -> int:
         """Drop routing entries idle for ``max_age_days`` (0 disables); transcripts stay.
 
@@ -269,7 +281,7 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         if not max_age_days or max_age_days <= 0:
             return 0
         cutoff = self._ts() - float(max_age_days) * 86400.0
-        candidates = [e for e in self.list_sessions() if lifecycle.is_stale(e, cutoff)]
+        candidates = [e for e in self._idle_entries(cutoff) if lifecycle.is_stale(e, cutoff)]
         # asked outside every lock: the callback may call back into the runtime
         doomed = [e for e in candidates if not self._protected(e.session_key)]
         if not doomed:

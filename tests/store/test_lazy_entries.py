@@ -260,3 +260,16 @@ class TestBatchedRecoveryCalls:
         store.mark_resume_pending(keys[1], "restart_timeout")
         assert store.clear_resume_pending_many([keys[0], keys[1], keys[2], keys[0], "nope"]) == 2
         assert not any(store.get(k).resume_pending for k in keys)
+
+
+class TestPruneReadsOnlyOldRows:
+    def test_prune_parses_only_the_candidates(self, make_store, clock):
+        store = make_store()
+        old = [store.get_or_create_session(dm(str(n))).session_key for n in range(3)]
+        clock.advance(100 * 86400)
+        fresh = [store.get_or_create_session(dm(str(n))).session_key for n in range(10, 30)]
+        store = _reopen(make_store, store)
+        assert store.prune_stale_entries(90) == 3
+        assert store.statistics().entries_parsed == 0  # the three were parsed, then dropped
+        assert store.statistics().sessions == len(fresh)
+        assert all(store.get(k) is None for k in old)
