@@ -25,6 +25,9 @@ __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 
 log = logging.getLogger("hermes_actors.delivery")
 
+#: Rows a ledger sweep claims at once and settles before the next claim.
+SWEEP_CHUNK = 8
+
 #: Prefix of a reply delivered by recovery after an uncertain attempt (§7).
 RECOVERED_PREFIX = "♻️ Recovered reply: "
 
@@ -155,26 +158,39 @@ class Delivery:
             raise
 
     def attempt_many(self, items: Iterable[tuple[str, SessionSource, str]]) -> list[str]:
-        """:meth:`attempt` for several recorded obligations ``(id, target, text)``: one claim
-        transaction, the sends in order, one transaction for the outcomes. A crash between
-        a send and that last commit leaves the row ``attempting``: redelivered once,
-        prefixed, like a crash inside :meth:`attempt`. Returns the ids delivered."""
+        """:meth:`attempt` for several recorded obligations ``(id, target, text)``, in
+        chunks of :data:`SWEEP_CHUNK`: one claim transaction per chunk, then each send
+        followed by its outcome, committed without waiting (group commit batches them
+        while the next send runs); the chunk ends once they are durable. A crash leaves the
+        rows whose outcome was not committed yet ``attempting``: redelivered once, prefixed,
+        like a crash inside :meth:`attempt`. Returns the ids delivered."""
         live = [(oid, self._adapters[t.platform], t, text) for oid, t, text in items
                 if self.can_send(t.platform)]
-        if not live:
-            return []
-        claimed = self._store.ledger_claim_many(
-            [oid for oid, *_ in live], owner_pid=self.owner_pid,
-            owner_started_at=self.owner_started_at)
-        outcomes = []
-        try:
-            for oid, adapter, target, text in live:
-                if oid in claimed:
+        delivered: list[str] = []
+        for start in range(0, len(live), SWEEP_CHUNK):
+            chunk = live[start:start + SWEEP_CHUNK]
+            claimed = self._store.ledger_claim_many(
+                [oid for oid, *_ in chunk], owner_pid=self.owner_pid,
+                owner_started_at=self.owner_started_at)
+            settling = ActivityTracker()
+            try:
+                for oid, adapter, target, text in chunk:
+                    if oid not in claimed:
+                        continue
                     ok, error = self._send(adapter, target, text)
-                    outcomes.append((oid, ok, error))
-        finally:
-            self._store.ledger_finish_many(outcomes)
-        return [oid for oid, ok, _ in outcomes if ok]
+                    settling.add()
+                    try:
+                        self._store.ledger_finish_later(
+                            oid, "delivered" if ok else "failed",
+                            error=None if ok else error, on_done=settling.done)
+                    except BaseException:
+                        settling.done()
+                        raise
+                    if ok:
+                        delivered.append(oid)
+            finally:
+                settling.wait_idle()
+        return delivered
 
     def _send(self, adapter, target: SessionSource, text: str) -> tuple[bool, str | None]:
         try:

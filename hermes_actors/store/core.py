@@ -36,7 +36,7 @@ from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.degraded import DegradedBackend
-from hermes_actors.store.entrymap import EntryMap
+from hermes_actors.store.entrymap import EntryMap, NotFetched
 from hermes_actors.store.executor import new_rlock
 from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.loader import mirror_additions, parse_entry
@@ -168,29 +168,30 @@ class StoreCore:
     def _mirror_document(self) -> str:
         with self._map_lock:
             since = self._degraded_since
-        return render_mirror_text(self._entries.texts(), since)
+        try:
+            texts = self._entries.texts()
+        except StoreError as exc:  # never switch modes from inside the mirror's flush
+            raise OSError(f"cannot read the routing rows ({exc})") from exc
+        return render_mirror_text(texts, since)
 
     def _fetch_entry(self, key: str) -> str | None:
         """One routing row's text from the database (the entry map's lazy read)."""
-        db = self.db
-        if db is None:
-            return None
+        backend = self._backend  # one snapshot: the database, or the degraded backend
+        if not isinstance(backend, SessionDB):
+            with self._switch_lock:  # a switch in progress fills the map first
+                pass
+            raise NotFetched(key)
         try:
-            return db.routing_entry(key)
+            return backend.routing_entry(key)
         except StoreUnavailableError as exc:
-            self._switch_to_degraded(exc, self._backend)  # completes the map if it can
-            return None
+            self._switch_to_degraded(exc, backend)  # completes the map if it can
+            raise NotFetched(key) from exc
 
     def _fetch_all_entries(self) -> list[tuple[str, str]]:
-        """Every routing row's text from the database (for the mirror and bulk passes)."""
-        db = self.db
-        if db is None:
-            return []
-        try:
-            return db.load_routing()
-        except StoreUnavailableError as exc:
-            self._switch_to_degraded(exc, self._backend)
-            return []
+        """Every routing row's text from the database (for the mirror and bulk passes);
+        raises ``StoreError`` when it cannot be read. Degraded: all texts are in memory."""
+        backend = self._backend
+        return backend.load_routing() if isinstance(backend, SessionDB) else []
 
     def _complete_entries(self, db: SessionDB | None) -> None:
         """Before running without the database, read every routing text not yet in memory:
@@ -259,10 +260,9 @@ class StoreCore:
         if later is None:
             try:
                 self._apply(ops)
-            except StoreError:
+            except Exception:  # noqa: BLE001 - logged; on_done is the only report
                 log.exception("a deferred write failed")
-            finally:
-                on_done()
+            on_done()
             return
 
         def finished(ok: bool, value: Any) -> None:
@@ -349,6 +349,8 @@ class StoreCore:
             self._commit([self._create_op(e) for e in restored], put=restored)
         if self.db is not None:
             self._import_jsonl_transcripts()
+        elif self._stale_db is not None:  # the database failed while loading
+            self._complete_entries(self._stale_db)
         self._loaded = True
         if self.degraded or self.config.write_sessions_json:
             self._mirror.mark_dirty()

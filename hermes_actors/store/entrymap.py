@@ -25,16 +25,24 @@ from collections.abc import Callable, Iterable, Mapping
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.store.schema import ROUTING_CLEAN_MARKS
 
-__all__ = ["EntryMap", "may_need_recovery"]
+__all__ = ["EntryMap", "NotFetched", "may_need_recovery"]
 
 log = logging.getLogger("hermes_actors.store")
 
-_NO_MARKER, _NO_RESUME = ROUTING_CLEAN_MARKS
+(_MARKER_KEY, _NO_MARKER), (_RESUME_KEY, _NO_RESUME) = ROUTING_CLEAN_MARKS
 
 
 def may_need_recovery(text: str) -> bool:
-    """Whether the entry JSON ``text`` might carry a turn marker or a resume flag."""
-    return _NO_MARKER not in text or _NO_RESUME not in text
+    """Whether the entry JSON ``text`` might carry a turn marker or a resume flag (the
+    rule of the ``routing_recovery`` index; a key seen twice counts as flagged, since
+    free-form ``metadata`` may hold one)."""
+    return (_NO_MARKER not in text or _NO_RESUME not in text
+            or text.count(_MARKER_KEY) > 1 or text.count(_RESUME_KEY) > 1)
+
+
+class NotFetched(Exception):  # noqa: N818 - a signal, not an error
+    """``fetch`` could not read the row now (the database is being switched away from);
+    the key is kept, and its text may have been filled in meanwhile."""
 
 
 def _needs_recovery(entry: SessionEntry) -> bool:
@@ -66,7 +74,7 @@ class EntryMap:
         """Replace the contents: every key that exists (an ordered set the map takes over),
         the texts known so far (those the map cannot fetch must be among them), and
         entries already parsed."""
-        flagged = {k for k, t in texts.items() if _NO_MARKER not in t or _NO_RESUME not in t}
+        flagged = {k for k, t in texts.items() if may_need_recovery(t)}
         flagged.difference_update(parsed)
         flagged.update(k for k, e in parsed.items() if _needs_recovery(e))
         for key in texts:
@@ -98,12 +106,17 @@ class EntryMap:
         if text is None:
             if key not in self._keys:
                 return None
-            fetched = self._fetch(key)
+            try:
+                fetched = self._fetch(key)
+            except NotFetched:
+                fetched = NotFetched
             with self._lock:
                 if key not in self._keys:  # deleted meanwhile
                     return None
                 text = self._texts.get(key)  # a commit (or a fill) came first
                 if text is None:
+                    if fetched is NotFetched:  # unreadable now: keep the key
+                        return None
                     if fetched is None:  # the row is gone
                         del self._keys[key]
                         return None
@@ -147,15 +160,15 @@ class EntryMap:
             self._flagged.discard(key)
 
     def texts(self) -> dict[str, str]:
-        """Every ``session_key -> entry JSON text`` (what the mirror writes); texts not in
-        memory are read in one pass and not kept."""
+        """Every ``session_key -> entry JSON text`` (what the mirror writes). Texts not in
+        memory yet are read in one pass and kept (the next mirror write needs them again);
+        a failing read raises the backend's error."""
         with self._lock:
-            if len(self._keys) == len(self._texts):
-                return {k: self._texts[k] for k in self._keys}
-        rows = dict(self._fetch_all())
+            complete = len(self._keys) == len(self._texts)
+        if not complete:
+            self.fill(dict(self._fetch_all()))
         with self._lock:
-            out = {k: self._texts.get(k) or rows.get(k) for k in self._keys}
-        return {k: t for k, t in out.items() if t is not None}
+            return {k: self._texts[k] for k in self._keys if k in self._texts}
 
     def fill(self, texts: Mapping[str, str]) -> int:
         """Take texts for keys whose text is not in memory (never over newer ones); returns
@@ -172,7 +185,10 @@ class EntryMap:
             keys = list(self._keys)
             missing = len(self._keys) - len(self._texts)
         if missing > 1:  # one pass over the table instead of a read per key
-            self.fill(dict(self._fetch_all()))
+            try:
+                self.fill(dict(self._fetch_all()))
+            except Exception as exc:  # noqa: BLE001 - then row by row, as far as it goes
+                log.warning("cannot read the routing rows in one pass (%s)", exc)
         return self._entries(keys)
 
     def _entries(self, keys: Iterable[str]) -> list[SessionEntry]:

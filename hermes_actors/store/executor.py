@@ -329,11 +329,12 @@ class _GeventWorker:
         unless ``wait`` is false: then ``job.callback`` hears of it, in the hub."""
         in_hub = self._native_ident() == self._hub_thread
         if not wait and not in_hub:  # callbacks run in the hub: wait here instead
+            callback, job.callback = job.callback, None
             try:
                 value, ok = self.submit(job), True
             except Exception as exc:  # noqa: BLE001 - reported to the callback
                 value, ok = exc, False
-            job.callback(ok, value)
+            callback(ok, value)
             return None
         waiter = None if in_hub else self._native_lock()
         if waiter is not None:

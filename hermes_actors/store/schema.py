@@ -141,13 +141,22 @@ OUTBOX_DDL: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS outbox_chat ON outbox (platform, chat_id, cursor)",
 )
 
-#: Text every routing entry *without* a turn marker or a resume flag contains, as the store
-#: writes it (one JSON encoder, default separators). A row lacking either may need recovery.
-ROUTING_CLEAN_MARKS = ('"active_turn_token": null', '"resume_pending": false')
+#: ``(key prefix, clean mark)`` per field: every routing entry *without* a turn marker or a
+#: resume flag, as the store writes it (one JSON encoder, default separators), contains
+#: each clean mark. A row lacking a mark, or holding a key prefix twice (free-form
+#: ``metadata`` may contain the same key), may need recovery.
+ROUTING_CLEAN_MARKS = (
+    ('"active_turn_token": ', '"active_turn_token": null'),
+    ('"resume_pending": ', '"resume_pending": false'),
+)
 #: The same test in SQL (frozen: it is part of migration 3's index).
 ROUTING_MAY_NEED_RECOVERY = (
     "instr(entry, '\"active_turn_token\": null') = 0"
+    " OR instr(substr(entry, instr(entry, '\"active_turn_token\": ') + 21),"
+    " '\"active_turn_token\": ') > 0"
     " OR instr(entry, '\"resume_pending\": false') = 0"
+    " OR instr(substr(entry, instr(entry, '\"resume_pending\": ') + 18),"
+    " '\"resume_pending\": ') > 0"
 )
 #: Migration 3: a partial index of the routing rows that may need recovery, so a start
 #: finds 1,000 marked sessions among 100,000 without reading every row. Being an index on

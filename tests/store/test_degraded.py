@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 
 import pytest
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
-from hermes_actors.store import SessionDB
+from hermes_actors.store import SessionDB, StoreUnavailableError
 from hermes_actors.store.mirror import DEGRADED_KEY
 
 from .conftest import dm
@@ -182,3 +183,75 @@ class TestWriteFailureAfterOpen:
         store.close()
         assert db.counts()["sessions"] == 1
         db.close()
+
+
+class TestLazyEntriesAcrossASwitch:
+    """Entries not read yet survive every way the database can fail under them."""
+
+    def _reopened(self, make_store, n=3):
+        store = make_store()
+        entries = [store.get_or_create_session(dm(str(i))) for i in range(n)]
+        store.close()
+        return make_store(), entries
+
+    def test_a_read_during_the_switch_waits_for_it_and_loses_nothing(self, make_store):
+        store, old = self._reopened(make_store)
+        db = store.db
+        inside, go = threading.Event(), threading.Event()
+        real_load = db.load_routing
+
+        def slow_load():  # the failing database still reads, slowly
+            inside.set()
+            go.wait(10)
+            return real_load()
+
+        def broken(key):
+            raise StoreUnavailableError("disk I/O error")
+
+        db.load_routing = slow_load
+        db.routing_entry = broken
+        switcher = threading.Thread(target=store.get, args=(old[0].session_key,))
+        switcher.start()
+        assert inside.wait(10)
+        seen: list = []
+        reader = threading.Thread(target=lambda: seen.append(store.get(old[1].session_key)))
+        reader.start()
+        go.set()
+        switcher.join(10)
+        reader.join(10)
+        assert store.degraded
+        assert seen in ([old[1]], [None])  # it may read before or after the switch...
+        assert store.get(old[1].session_key) == old[1]  # ...but the entry is never dropped
+        assert store.get_or_create_session(dm("1")).session_id == old[1].session_id
+
+    def test_a_failing_read_inside_the_mirror_flush_retries_later(self, make_store, caplog):
+        store, old = self._reopened(make_store)
+        store.get_or_create_session(dm("99"))  # the mirror is dirty
+        db = store.db
+        db._executor.run(lambda: db._database.execute_sql("ALTER TABLE routing RENAME TO gone"))
+        done = threading.Event()
+        threading.Thread(target=lambda: (store.flush(), done.set()), daemon=True).start()
+        assert done.wait(10), "the flush must not hang"
+        assert not store.degraded  # a mirror write never switches modes
+        assert store.statistics().mirror_dirty
+
+    def test_a_failure_while_loading_keeps_every_entry(self, make_store, home, monkeypatch):
+        store, old = self._reopened(make_store)
+        store.close()
+        # a hand-added mirror entry makes the next load commit (restore) to a failing db
+        mirror = json.loads((home / "sessions" / "sessions.json").read_text())
+        extra = dict(mirror[old[0].session_key], session_key="agent:main:telegram:dm:77",
+                     session_id="20240101_000000_aaaa0077")
+        mirror["agent:main:telegram:dm:77"] = extra
+        (home / "sessions" / "sessions.json").write_text(json.dumps(mirror))
+        real_apply = SessionDB.apply
+
+        def failing_apply(self, ops):
+            raise StoreUnavailableError("disk I/O error")
+
+        monkeypatch.setattr(SessionDB, "apply", failing_apply)
+        store = make_store()
+        monkeypatch.setattr(SessionDB, "apply", real_apply)
+        assert store.degraded
+        assert [store.get(e.session_key) for e in old] == old
+        assert {e.session_key for e in old} <= _mirror(home).keys()

@@ -114,6 +114,16 @@ GEVENT_SCRIPT = textwrap.dedent(
     gevent.sleep(0)
     assert heard == [(True, 42, native_ident())], heard
 
+    # Posted from a native thread, the callback still runs once.
+    calls = []
+    pool = ThreadPool(1)
+    pool.apply(ex.post_grouped, (lambda ps: [(True, p) for p in ps], 1,
+                                 lambda ok, v: calls.append(v)))
+    ex.run(lambda: None)
+    gevent.sleep(0)
+    assert calls == [1], calls
+    pool.kill()
+
     # A caller on a foreign native thread is served by the same worker.
     pool = ThreadPool(1)
     assert pool.apply(ex.run, (native_ident,)) == worker

@@ -82,6 +82,19 @@ class TestLazyLoading:
         assert [e.active_turn_token for e in store.flagged_sessions()] == [
             marked.active_turn_token]
 
+    def test_metadata_cannot_hide_a_marker(self, make_store, home):
+        store = make_store()
+        entry = store.get_or_create_session(dm("1"))
+        store.mark_turn_active(entry.session_key)
+        marked = store.get(entry.session_key)
+        store.close()
+        data = marked.to_dict()
+        data["metadata"] = {"active_turn_token": None, "resume_pending": False}
+        _raw_routing(home, entry.session_key, data)
+        store = make_store()
+        assert [e.active_turn_token for e in store.flagged_sessions()] == [
+            marked.active_turn_token]
+
     def test_unusable_row_is_skipped_at_first_use_with_one_warning(self, make_store, home,
                                                                    caplog):
         store = make_store()
@@ -172,10 +185,13 @@ class TestEntryMap:
         from hermes_actors.store.schema import ROUTING_MAY_NEED_RECOVERY
 
         plain = self._entry("20240101_000000_aaaa0001").to_dict()
+        decoy = {"active_turn_token": None, "resume_pending": False}
         texts = [json.dumps(plain, ensure_ascii=False),
                  json.dumps(plain, separators=(",", ":")),
                  json.dumps({**plain, "resume_pending": True}),
-                 json.dumps({**plain, "active_turn_token": "t" * 32})]
+                 json.dumps({**plain, "active_turn_token": "t" * 32}),
+                 json.dumps({**plain, "metadata": decoy, "active_turn_token": "t" * 32}),
+                 json.dumps({**plain, "metadata": decoy})]
         conn = sqlite3.connect(":memory:")
         try:
             in_sql = [bool(conn.execute(f"SELECT {ROUTING_MAY_NEED_RECOVERY} FROM"
@@ -183,7 +199,8 @@ class TestEntryMap:
                       for t in texts]
         finally:
             conn.close()
-        assert in_sql == [may_need_recovery(t) for t in texts] == [False, True, True, True]
+        assert in_sql == [may_need_recovery(t) for t in texts] == [
+            False, True, True, True, True, True]
 
     def test_substring_test_is_conservative(self):
         plain = self._entry("20240101_000000_aaaa0001").to_dict()
