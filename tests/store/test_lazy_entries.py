@@ -37,6 +37,16 @@ def _raw_routing(home, key: str, entry: dict, *, compact: bool = False) -> None:
     conn.close()
 
 
+def _marked_and_closed(make_store) -> SessionEntry:
+    """A session with a turn marker, in a store closed again; the marked entry."""
+    store = make_store()
+    entry = store.get_or_create_session(dm("1"))
+    store.mark_turn_active(entry.session_key)
+    marked = store.get(entry.session_key)
+    store.close()
+    return marked
+
+
 class TestLazyLoading:
     def test_reopen_parses_nothing_until_used(self, make_store):
         store = make_store()
@@ -71,26 +81,18 @@ class TestLazyLoading:
         assert store.statistics().entries_parsed == 1
 
     def test_row_written_another_way_is_still_found(self, make_store, home):
-        store = make_store()
-        entry = store.get_or_create_session(dm("1"))
-        store.mark_turn_active(entry.session_key)
-        marked = store.get(entry.session_key)
-        store.close()
+        marked = _marked_and_closed(make_store)
         # e.g. a tool rewrote the row compactly: the marker must not be missed
-        _raw_routing(home, entry.session_key, marked.to_dict(), compact=True)
+        _raw_routing(home, marked.session_key, marked.to_dict(), compact=True)
         store = make_store()
         assert [e.active_turn_token for e in store.flagged_sessions()] == [
             marked.active_turn_token]
 
     def test_metadata_cannot_hide_a_marker(self, make_store, home):
-        store = make_store()
-        entry = store.get_or_create_session(dm("1"))
-        store.mark_turn_active(entry.session_key)
-        marked = store.get(entry.session_key)
-        store.close()
+        marked = _marked_and_closed(make_store)
         data = marked.to_dict()
         data["metadata"] = {"active_turn_token": None, "resume_pending": False}
-        _raw_routing(home, entry.session_key, data)
+        _raw_routing(home, marked.session_key, data)
         store = make_store()
         assert [e.active_turn_token for e in store.flagged_sessions()] == [
             marked.active_turn_token]
