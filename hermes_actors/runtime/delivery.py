@@ -141,11 +141,12 @@ class Delivery:
             self._finish(owed.id, ok, error)
         return ok
 
-    def _finish(self, obligation_id: str, ok: bool, error: str | None) -> None:
-        """Record the outcome; with a tracker, without waiting for the commit (counted as
-        outstanding work until it is durable, so ``wait_idle`` covers it)."""
+    def _finish(self, obligation_id: str, ok: bool, error: str | None,
+                tracker: ActivityTracker | None = None) -> None:
+        """Record the outcome; with a tracker (``tracker``, else the gateway's), without
+        waiting for the commit: counted as outstanding work until it is durable."""
         state, error = ("delivered", None) if ok else ("failed", error)
-        tracker = self._tracker
+        tracker = tracker or self._tracker
         if tracker is None:
             self._store.ledger_finish(obligation_id, state, error=error)
             return
@@ -178,14 +179,7 @@ class Delivery:
                     if oid not in claimed:
                         continue
                     ok, error = self._send(adapter, target, text)
-                    settling.add()
-                    try:
-                        self._store.ledger_finish_later(
-                            oid, "delivered" if ok else "failed",
-                            error=None if ok else error, on_done=settling.done)
-                    except BaseException:
-                        settling.done()
-                        raise
+                    self._finish(oid, ok, error, settling)
                     if ok:
                         delivered.append(oid)
             finally:
