@@ -9,9 +9,19 @@ Layout: :mod:`.db` (the canonical SQLite database) with :mod:`.schema`, :mod:`.f
 
 from __future__ import annotations
 
-from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json
-from hermes_actors.store.db import SessionDB, StoreUnavailableError
-from hermes_actors.store.store import SessionStore, StoreStatistics
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported when first used: the writer process (``writer_process``) needs only the database
+# layer, and its start-up time counts in every start of the gateway.
+_EXPORTS = {
+    "SessionDB": "hermes_actors.store.db",
+    "SessionStore": "hermes_actors.store.store",
+    "StoreStatistics": "hermes_actors.store.store",
+    "StoreUnavailableError": "hermes_actors.store.db",
+    "atomic_write_bytes": "hermes_actors.store.atomic",
+    "atomic_write_json": "hermes_actors.store.atomic",
+}
 
 __all__ = [
     "SessionDB",
@@ -21,3 +31,21 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
 ]
+
+if TYPE_CHECKING:
+    from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json
+    from hermes_actors.store.db import SessionDB, StoreUnavailableError
+    from hermes_actors.store.store import SessionStore, StoreStatistics
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_actors.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -42,7 +42,11 @@ import peewee as pw
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import fts
-from hermes_actors.store.executor import DbExecutor, ExecutorStatistics
+from hermes_actors.store.executor import (
+    DbExecutor,
+    ExecutorStatistics,
+    gevent_threading_patched,
+)
 from hermes_actors.store.ops import Op
 from hermes_actors.store.schema import (
     ROUTING_MAY_NEED_RECOVERY,
@@ -53,7 +57,13 @@ from hermes_actors.store.schema import (
 from hermes_actors.store.sqlite_ops import SqliteOps
 from hermes_actors.store.transcript import public_message
 
-__all__ = ["BUSY_TIMEOUT_MS", "WRITE_ATTEMPTS", "SessionDB", "StoreUnavailableError"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "WRITER_ENV",
+    "WRITE_ATTEMPTS",
+    "SessionDB",
+    "StoreUnavailableError",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +73,9 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
 #: Attempts of one write transaction before the database is declared unavailable.
 WRITE_ATTEMPTS = 3
+#: Environment variable that picks where writes are committed: ``thread`` or ``process``.
+WRITER_ENV = "HERMES_ACTORS_DB_WRITER"
+_WRITERS = ("thread", "process")
 
 
 #: Error texts of failures in the environment, never caused by a broken full-text index.
@@ -102,27 +115,79 @@ def _read_only_uri(path: Path) -> str:
     return f"file:{quoted}?mode=ro" + ("" if wal.exists() else "&immutable=1")
 
 
+def _pick_writer(asked: str | None) -> str:
+    gevent_mode = gevent_threading_patched()
+    choice = asked or os.environ.get(WRITER_ENV) or ("process" if gevent_mode else "thread")
+    if choice not in _WRITERS:
+        raise StoreError(f"the database writer must be 'thread' or 'process', not {choice!r}"
+                         f" (from {'the caller' if asked else WRITER_ENV})")
+    if choice == "process" and not gevent_mode:
+        raise StoreError("the database writer 'process' needs gevent (monkey-patched"
+                         " threading); use 'thread'")
+    return choice
+
+
 class SessionDB:
     """The canonical session database at ``path`` (created with its schema when missing).
 
     ``read_only=True`` opens an existing database without creating or changing anything
     (``hermes-actors db check``); writes then raise :class:`StoreError`. Opening raises
     :class:`StoreUnavailableError` when the file cannot be opened as a hermes database.
+
+    ``writer`` picks where writes are committed: ``"thread"`` (the worker thread, with the
+    reads) or ``"process"`` (a child process, see
+    :mod:`~hermes_actors.store.writer_process`; needs gevent). The default comes from the
+    ``HERMES_ACTORS_DB_WRITER`` environment variable, else ``"process"`` when gevent has
+    patched ``threading`` and ``"thread"`` otherwise.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
+                 writer: str | None = None) -> None:
         #: Where the database lives.
         self.path = Path(path)
         #: Whether this handle was opened read-only.
         self.read_only = read_only
+        #: ``"thread"`` or ``"process"``: where this handle's writes are committed.
+        self.writer = "thread" if read_only else _pick_writer(writer)
         self._closed = False
         self._close_lock = threading.Lock()
         self._executor = DbExecutor(name=f"hermes-db:{self.path.name}")
+        self._writer: Any = None
+        self._writer_lock: int | None = None
         try:
+            if self.writer == "process":  # first: its interpreter starts while we open
+                self._start_writer_process()
             self._executor.run(self._open)
         except BaseException:
+            self._stop_writer_process()
             self._executor.close()
             raise
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The pid of the writer process, or ``None`` when writes run in this process."""
+        return self._writer.pid if self._writer is not None else None
+
+    def _start_writer_process(self) -> None:
+        import gevent
+
+        from hermes_actors.store.writer_process import WriterProcess, writer_lock
+
+        self._writer_lock = writer_lock(self.path, BUSY_TIMEOUT_MS / 1000, gevent.sleep)
+        try:
+            self._writer = WriterProcess(self.path, self._writer_lock)
+        except OSError as exc:
+            raise StoreUnavailableError(
+                f"cannot start the database writer process for {self.path}: {exc}") from None
+
+    def _stop_writer_process(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            if self._writer_lock is not None:
+                os.close(self._writer_lock)
+                self._writer_lock = None
 
     # -- lifecycle (worker thread) ----------------------------------------------------------
 
@@ -167,22 +232,34 @@ class SessionDB:
                 return
             self._closed = True
         try:
-            self._executor.run(self._database.close)
+            self._stop_writer_process()
         finally:
-            self._executor.close()
+            try:
+                self._executor.run(self._database.close)
+            finally:
+                self._executor.close()
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise StoreError(f"the session database {self.path} is closed")
+        if self._writer is not None:
+            self._writer.barrier()  # this call sees every write submitted before it
         return self._executor.run(fn, *args)
 
     def statistics(self) -> ExecutorStatistics:
         """The worker's record: batches, write transactions (``group_calls``) and the op
-        lists they committed (``grouped``), calls waiting now."""
-        return self._executor.statistics()
+        lists they committed (``grouped``), calls waiting now. With a writer process its
+        frames count as batches and as group calls."""
+        stats = self._executor.statistics()
+        w = self._writer
+        if w is None:
+            return stats
+        return ExecutorStatistics(stats.batches + w.frames, stats.calls + w.lists, w.frames,
+                                  w.lists, w.largest, stats.waiting + w.waiting())
 
     def set_trace_callback(self, callback: Callable[[str], None] | None) -> None:
-        """Call ``callback(sql)`` for every statement run (diagnostics, benchmarks, tests)."""
+        """Call ``callback(sql)`` for every statement run on this process's connection
+        (diagnostics, benchmarks, tests; a writer process's statements are not seen)."""
         self._run(lambda: self._database.connection().set_trace_callback(callback))
 
     # -- writes -----------------------------------------------------------------------------
@@ -193,7 +270,14 @@ class SessionDB:
             raise StoreError(f"{self.path} is open read-only")
         if self._closed:
             raise StoreError(f"the session database {self.path} is closed")
+        if self._writer is not None:
+            return self._writer.apply(list(ops))
         return self._executor.run_grouped(self._apply_group, list(ops))
+
+    def apply_lists(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
+        """Apply several lists as one group commit: ``(ok, results or error)`` each (what
+        a writer process runs for each frame)."""
+        return self._executor.run(self._apply_group, lists)
 
     def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
         """:meth:`apply` without waiting: ``callback(ok, results_or_error)`` once committed
@@ -202,6 +286,9 @@ class SessionDB:
             raise StoreError(f"{self.path} is open read-only")
         if self._closed:
             raise StoreError(f"the session database {self.path} is closed")
+        if self._writer is not None:
+            self._writer.post(list(ops), callback)
+            return
         self._executor.post_grouped(self._apply_group, list(ops), callback)
 
     def _apply_group(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:

@@ -87,6 +87,7 @@ class TestSessions:
 
     def test_list_holds_the_sessions(self, shared_gateway):
         key = shared_gateway.post("listed", "x")["session_key"]
+        shared_gateway.outbox("listed")  # the reply: the turn, and so the session, exists
         status, _, body = shared_gateway.request("GET", "/v1/sessions")
         assert status == 200 and body["count"] >= 1
         assert key in [entry["session_key"] for entry in body["sessions"]]

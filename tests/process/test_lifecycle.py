@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import signal
 
+import psutil
+
 from .conftest import run_cli
 
 
@@ -111,3 +113,35 @@ class TestOneProcessPerHome:
         assert result.stderr.strip().splitlines()[-1].startswith(
             f"hermes-actors: error: cannot listen on 127.0.0.1:{gateway.port}")
         assert "Traceback" not in result.stderr
+
+
+class TestWriterProcess:
+    """The standalone process commits through a writer child that lives and dies with it."""
+
+    @staticmethod
+    def _writer(gateway) -> psutil.Process:
+        children = psutil.Process(gateway.proc.pid).children()
+        assert len(children) == 1, children
+        assert "hermes_actors.store.writer_process" in " ".join(children[0].cmdline())
+        return children[0]
+
+    def test_the_writer_stops_with_a_graceful_stop(self, start_gateway):
+        gateway = start_gateway()
+        writer = self._writer(gateway)
+        assert gateway.stop() == 0
+        writer.wait(timeout=30)  # closed the database and exited; the gateway reaped it
+        assert not writer.is_running()
+        assert "Traceback" not in gateway.stderr.text() and "writer process" not in gateway.stderr.text()
+
+    def test_a_killed_writer_degrades_the_store_and_replies_go_on(self, start_gateway):
+        gateway = start_gateway()
+        gateway.post("w1", "before")
+        assert [m["text"] for m in gateway.replies("w1", 1)] == ["echo: before"]
+        writer = self._writer(gateway)
+        writer.kill()
+        writer.wait(timeout=30)
+        gateway.post("w2", "after")
+        assert [m["text"] for m in gateway.replies("w2", 1)] == ["echo: after"]
+        gateway.stderr.expect("DEGRADED mode")
+        status, _, body = gateway.request("GET", "/healthz")
+        assert status == 200 and body["degraded"] is True

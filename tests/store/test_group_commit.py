@@ -231,7 +231,7 @@ GEVENT_SCRIPT = textwrap.dedent(
     from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
 
     native_lock = get_original("_thread", "allocate_lock")
-    db = SessionDB(sys.argv[1])
+    db = SessionDB(sys.argv[1], writer="thread")  # the executor's grouping, in process
 
     def ops(n):
         key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"

@@ -1,0 +1,196 @@
+"""The writer process (gevent mode): the child commits the op lists with group commit, reads
+see every write submitted before them, a dead child turns into StoreUnavailableError, and
+the child never outlives its parent."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store import SessionDB
+from hermes_actors.store.db import WRITER_ENV, StoreUnavailableError
+from hermes_actors.store.writer_process import LOCK_SUFFIX, writer_lock
+
+PRELUDE = textwrap.dedent(
+    """
+    from gevent import monkey
+    monkey.patch_all()
+
+    import os, signal, sys
+    import gevent
+    from gevent.threadpool import ThreadPool
+
+    from hermes_actors.errors import StoreError
+    from hermes_actors.store import SessionDB
+    from hermes_actors.store.db import StoreUnavailableError
+    from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+
+    def ops(n):
+        key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"
+        return [CreateSession(sid, key, None, 1.0), PutRouting(key, "{}", 1.0)]
+
+    db = SessionDB(sys.argv[1])
+    assert db.writer == "process" and db.writer_pid, db.writer
+    """
+)
+
+GROUPS = PRELUDE + textwrap.dedent(
+    """
+    bad = AppendMessage("20231114_000000_00000000", {"role": None, "content": "x",
+                                                      "timestamp": 1.0})
+    writers = [gevent.spawn(db.apply, ops(n)) for n in range(50)]
+    failing = gevent.spawn(db.apply, [bad])
+    gevent.joinall(writers, raise_error=True, timeout=30)
+    failing.join(timeout=30)
+    assert isinstance(failing.exception, StoreError), failing.exception
+    stats = db.statistics()
+    # the first list went alone; the others gathered while it was in flight
+    assert stats.group_calls == 2 and stats.largest_group == 50, stats
+    assert db.counts()["sessions"] == 50
+
+    # a posted write is seen by the next read, and its callback hears of the commit
+    heard = []
+    db.apply_later(ops(60), lambda ok, value: heard.append((ok, value)))
+    assert db.counts()["sessions"] == 51 and heard == [(True, [None, None])], heard
+
+    # a caller on a foreign native thread goes through the hub
+    pool = ThreadPool(1)
+    assert pool.apply(db.apply, (ops(99),)) == [None, None]
+    assert pool.apply(db.counts)["sessions"] == 52
+    pool.kill()
+
+    child = db.writer_pid
+    db.close()
+    try:
+        os.kill(child, 0)
+    except ProcessLookupError:
+        pass
+    else:
+        raise AssertionError("the writer process outlived close()")
+    try:
+        db.apply(ops(100))
+    except StoreError:
+        print("ok")
+    """
+)
+
+CHILD_DIES = PRELUDE + textwrap.dedent(
+    """
+    db.apply(ops(1))
+    os.kill(db.writer_pid, signal.SIGKILL)
+    for attempt in range(2):  # the write in flight when it died, then a later one
+        try:
+            db.apply(ops(2 + attempt))
+        except StoreUnavailableError as exc:
+            assert "writer process exited" in str(exc), exc
+        else:
+            raise AssertionError("a write succeeded without a writer")
+    assert db.counts()["sessions"] == 1  # reads still work on this process's connection
+    db.close()
+    print("ok")
+    """
+)
+
+PARENT_HOLDS = PRELUDE + textwrap.dedent(
+    """
+    db.apply(ops(1))
+    print(db.writer_pid, flush=True)
+    gevent.sleep(120)
+    """
+)
+
+
+def _run(script: str, db_path: Path) -> str:
+    result = subprocess.run([sys.executable, "-c", script, str(db_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+class TestWriterProcess:
+    def test_groups_and_orders_the_writes(self, tmp_path):
+        assert _run(GROUPS, tmp_path / "state.db") == "ok"
+
+    def test_a_dead_writer_makes_writes_fail_as_unavailable(self, tmp_path):
+        assert _run(CHILD_DIES, tmp_path / "state.db") == "ok"
+
+    def test_the_writer_dies_with_its_parent_and_frees_the_lock(self, tmp_path):
+        path = tmp_path / "state.db"
+        parent = subprocess.Popen([sys.executable, "-c", PARENT_HOLDS, str(path)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            child = int(parent.stdout.readline())
+            parent.send_signal(signal.SIGKILL)
+            parent.wait(timeout=30)
+        finally:
+            parent.kill()
+            parent.stdout.close()
+        deadline = time.monotonic() + 30
+        while not _gone(child):  # PR_SET_PDEATHSIG: killed with its parent
+            assert time.monotonic() < deadline, "the writer process outlived its parent"
+            time.sleep(0.01)
+        os.close(writer_lock(path, 10, time.sleep))  # free once the child is gone
+        db = SessionDB(path, writer="thread")
+        try:
+            assert db.counts()["sessions"] == 1  # the committed write survived
+        finally:
+            db.close()
+
+
+class TestWriterLock:
+    def test_a_held_lock_is_refused_after_the_wait(self, tmp_path):
+        path = tmp_path / "state.db"
+        holder = os.open(str(path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        waits = []
+        try:
+            with pytest.raises(StoreUnavailableError, match="being written by another"):
+                writer_lock(path, 0.05, waits.append)
+        finally:
+            os.close(holder)
+        assert waits  # it waited before refusing
+        os.close(writer_lock(path, 0, waits.append))
+
+
+class TestChoosingTheWriter:
+    def test_plain_threads_write_in_process(self, tmp_path):
+        db = SessionDB(tmp_path / "state.db")
+        try:
+            assert db.writer == "thread" and db.writer_pid is None
+        finally:
+            db.close()
+
+    def test_a_process_writer_needs_gevent(self, tmp_path):
+        with pytest.raises(StoreError, match="needs gevent"):
+            SessionDB(tmp_path / "state.db", writer="process")
+
+    def test_a_bad_choice_names_its_source(self, tmp_path, monkeypatch):
+        monkeypatch.setenv(WRITER_ENV, "fork")
+        with pytest.raises(StoreError, match=WRITER_ENV):
+            SessionDB(tmp_path / "state.db")
+
+    def test_read_only_handles_never_write(self, tmp_path, monkeypatch):
+        SessionDB(tmp_path / "state.db").close()
+        monkeypatch.setenv(WRITER_ENV, "process")
+        db = SessionDB(tmp_path / "state.db", read_only=True)
+        try:
+            assert db.writer == "thread"
+        finally:
+            db.close()
