@@ -166,7 +166,7 @@ def cmd_db_rebuild_fts(args: argparse.Namespace) -> int:
     path = home / "state.db"
     if not path.is_file():
         raise CommandFailed(f"no database at {path}")
-    db = SessionDB(path)
+    db = SessionDB(path, writer="thread")  # one rebuild: no writer process to start
     try:
         db.rebuild_fts()
         state, counts = db.check_fts(), db.counts()

@@ -122,8 +122,11 @@ def _pick_writer(asked: str | None) -> str:
         raise StoreError(f"the database writer must be 'thread' or 'process', not {choice!r}"
                          f" (from {'the caller' if asked else WRITER_ENV})")
     if choice == "process" and not gevent_mode:
-        raise StoreError("the database writer 'process' needs gevent (monkey-patched"
-                         " threading); use 'thread'")
+        if asked:
+            raise StoreError("the database writer 'process' needs gevent (monkey-patched"
+                             " threading); use 'thread'")
+        log.warning("%s=process needs gevent; writing from a thread instead", WRITER_ENV)
+        return "thread"
     return choice
 
 
@@ -159,8 +162,10 @@ class SessionDB:
                 self._start_writer_process()
             self._executor.run(self._open)
         except BaseException:
-            self._stop_writer_process()
-            self._executor.close()
+            try:
+                self._stop_writer_process()
+            finally:
+                self._executor.close()
             raise
 
     @property

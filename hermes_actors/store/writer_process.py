@@ -17,9 +17,9 @@ request frame (at most ``MAX_GROUP`` op lists, applied as one group commit) with
 the database, so its interpreter starts while the parent works, and it opens the database
 at the first request, which comes only after the parent's open.
 
-Order: at most one frame is in flight; op lists submitted meanwhile wait in the next one,
-so they are grouped while the child works, and a caller returns only after its frame's
-answer (after the COMMIT). Reads run on the parent's own connection and first wait for every
+Order: at most :data:`MAX_IN_FLIGHT` frames are in flight and the child runs them in order;
+op lists submitted meanwhile wait in the next frame, so they are grouped while the child
+works, and a caller returns only after its frame's answer (after the COMMIT). Reads run on the parent's own connection and first wait for every
 write submitted before them (:meth:`WriterProcess.barrier`): the database keeps one history.
 
 Lifetime: the child dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and end-of-file on
@@ -49,7 +49,7 @@ from typing import Any
 from hermes_actors.errors import StoreError
 from hermes_actors.store.executor import MAX_GROUP
 
-__all__ = ["LOCK_SUFFIX", "WriterProcess", "writer_lock"]
+__all__ = ["LOCK_SUFFIX", "MAX_IN_FLIGHT", "WriterProcess", "writer_lock"]
 
 log = logging.getLogger("hermes_actors.store")
 
@@ -61,6 +61,9 @@ _LOCK_FD = 3  # where the child holds the inherited writer lock
 _PR_SET_PDEATHSIG = 1
 _PIPE_SIZE = 1 << 20
 _REAP_WAIT = 5.0  # seconds a child whose pipe closed gets to finish exiting
+#: Frames sent and not answered yet, at most: the next one waits in the pipe while the
+#: child commits the current one, so the child never waits for the hub.
+MAX_IN_FLIGHT = 2
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -99,10 +102,12 @@ def writer_lock(path: Path, wait_s: float, sleep: Callable[[float], None]) -> in
 class _Frame:
     """Op lists sent (or to be sent) together, and what became of them."""
 
-    __slots__ = ("lists", "callbacks", "outcomes", "done")
+    __slots__ = ("blobs", "callbacks", "outcomes", "done")
 
     def __init__(self, done: Any) -> None:
-        self.lists: list[list[Any]] = []
+        #: Each op list pickled on its own (by its caller): a list the child cannot read
+        #: fails alone, and so does one that cannot be pickled (at once, in its caller).
+        self.blobs: list[bytes] = []
         self.callbacks: list[Callable[[bool, Any], None] | None] = []
         self.outcomes: list[tuple[bool, Any]] = []
         self.done = done
@@ -119,17 +124,26 @@ class _Frame:
                     log.exception("a database write's completion callback failed")
 
 
+def _above_stdio(fd: int) -> int:
+    """A close-on-exec copy of ``fd`` numbered 10 or more (``fd`` is closed): the child's
+    ``dup2`` actions target 0, 1 and 3, which must not be sources too."""
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return high
+
+
 class WriterProcess:
     """The parent's end: spawns the child, sends op lists, completes them in the hub.
 
-    Create it in the hub's thread; :meth:`apply` and :meth:`post` may be called from
-    greenlets of that hub or from other native threads.
+    Create it in the hub's thread; :meth:`apply`, :meth:`post`, :meth:`barrier` and
+    :meth:`close` may be called from greenlets of that hub or from other native threads.
+    One sender greenlet writes the pipe and one reader greenlet reads it, so a caller that
+    is killed or times out can never leave half a frame behind.
     """
 
     def __init__(self, path: Path, lock_fd: int) -> None:
         import gevent
         import gevent.event
-        import gevent.os
         from gevent.monkey import get_original
 
         self._event = gevent.event.Event
@@ -137,25 +151,37 @@ class WriterProcess:
         self._native_ident = get_original("_thread", "get_ident")
         self._native_lock = get_original("_thread", "allocate_lock")
         self._hub_thread = self._native_ident()
-        self._nb_read, self._nb_write = gevent.os.nb_read, gevent.os.nb_write
         self._waitpid = get_original("os", "waitpid")
         # gevent's os.close defers closing a pipe to a later loop turn; end-of-file must
         # reach the child now, and no watcher is left on these descriptors when they close.
         self._close_fd = get_original("os", "close")
-        self._pending: deque[_Frame] = deque()
-        self._inflight: _Frame | None = None
+        self._pending: deque[_Frame] = deque()  # not sent yet
+        self._inflight: deque[_Frame] = deque()  # sent (or being sent); answers in order
+        self._unanswered = 0  # op lists submitted and not answered
         self._error: str | None = None
-        self._closed = False
+        self._closing = False
         #: Frames answered, op lists answered, the most lists in one frame.
         self.frames = self.lists = self.largest = 0
         self.pid = self._spawn(path, lock_fd)
+        self._wake = self._event()
+        self._watcher = self._hub.loop.io(self._rep_r, 1)
+        self._watcher.ref = False  # an idle writer must not keep the hub's loop alive
+        self._sender = gevent.spawn(self._send_loop)
         self._reader = gevent.spawn(self._read_loop)
 
     def _spawn(self, path: Path, lock_fd: int) -> int:
         from gevent.monkey import get_original
 
-        req_r, self._req_w = os.pipe()
-        self._rep_r, rep_w = os.pipe()
+        fds: list[int] = []
+        try:
+            for _ in range(2):
+                fds.extend(_above_stdio(fd) for fd in os.pipe())
+            fds.append(fcntl.fcntl(lock_fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        except OSError:
+            for fd in fds:
+                self._close_fd(fd)
+            raise
+        req_r, self._req_w, self._rep_r, rep_w, lock_copy = fds
         for fd in (self._req_w, self._rep_r):
             with contextlib.suppress(OSError):  # a bigger pipe is only an optimisation
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
@@ -169,15 +195,15 @@ class WriterProcess:
                 sys.executable,
                 [sys.executable, "-m", __name__, str(path), str(os.getpid())],
                 env,
-                file_actions=[(dup2, req_r, 0), (dup2, rep_w, 1), (dup2, lock_fd, _LOCK_FD)],
+                file_actions=[(dup2, req_r, 0), (dup2, rep_w, 1), (dup2, lock_copy, _LOCK_FD)],
             )
         except OSError:
             self._close_fd(self._req_w)
             self._close_fd(self._rep_r)
             raise
         finally:
-            self._close_fd(req_r)
-            self._close_fd(rep_w)
+            for fd in (req_r, rep_w, lock_copy):
+                self._close_fd(fd)
         os.set_blocking(self._req_w, False)
         os.set_blocking(self._rep_r, False)
         return pid
@@ -187,41 +213,68 @@ class WriterProcess:
     def _in_hub(self) -> bool:
         return self._native_ident() == self._hub_thread
 
-    def _submit(self, ops: list[Any], callback: Callable[[bool, Any], None] | None
+    def _submit(self, blob: bytes, callback: Callable[[bool, Any], None] | None
                 ) -> tuple[_Frame, int]:
+        """Queue one pickled op list (in the hub, never blocking)."""
         from hermes_actors.store.db import StoreUnavailableError
 
         if self._error is not None:
             raise StoreUnavailableError(self._error)
-        if self._closed:
+        if self._closing:
             raise StoreError("the database writer is closed")
-        if not self._pending or len(self._pending[-1].lists) >= MAX_GROUP:
+        if not self._pending or len(self._pending[-1].blobs) >= MAX_GROUP:
             self._pending.append(_Frame(self._event()))
         frame = self._pending[-1]
-        frame.lists.append(ops)
+        frame.blobs.append(blob)
         frame.callbacks.append(callback)
-        if self._inflight is None:
-            self._send_next()
-        return frame, len(frame.lists) - 1
+        self._unanswered += 1
+        self._watcher.ref = True  # an answer is due: keep the loop alive for it
+        if len(self._inflight) < MAX_IN_FLIGHT:
+            self._wake.set()
+        return frame, len(frame.blobs) - 1
 
-    def _send_next(self) -> None:
-        while self._pending and self._inflight is None and self._error is None:
-            frame = self._inflight = self._pending.popleft()
-            try:
-                data = _frame(frame.lists)
-            except Exception as exc:  # noqa: BLE001 - an op that cannot be sent fails its frame
-                self._inflight = None
-                error = StoreError(f"cannot send a write to the database writer: {exc}")
-                frame.finish([(False, error)] * len(frame.lists))
-                continue
-            view = memoryview(data)
-            try:
-                while view:
-                    view = view[self._nb_write(self._req_w, view):]
-            except OSError as exc:
-                self._fail(f"the database writer process is gone ({exc})")
+    def _send_loop(self) -> None:
+        """The only writer of the request pipe: sends pending frames, in order."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._pending and len(self._inflight) < MAX_IN_FLIGHT:
+                if self._error is not None:
+                    return
+                frame = self._pending.popleft()
+                self._inflight.append(frame)
+                view = memoryview(_frame(frame.blobs))
+                try:
+                    while view:
+                        try:
+                            view = view[os.write(self._req_w, view):]
+                        except BlockingIOError:  # the pipe is full: wait for room
+                            room = self._hub.loop.io(self._req_w, 2)
+                            try:
+                                self._hub.wait(room)
+                            finally:
+                                room.close()
+                except BaseException as exc:  # a torn frame: the child can never resync
+                    self._fail(f"the database writer process is unusable: a write to its "
+                               f"pipe failed ({exc!r})")
+                    with contextlib.suppress(OSError):
+                        os.kill(self.pid, signal.SIGKILL)
+                    if not isinstance(exc, Exception):
+                        raise
+                    return
+            if self._closing and not self._pending:
+                return
 
-    def _from_other_thread(self, ops: list[Any]) -> tuple[bool, Any]:
+    def _pickled(self, ops: list[Any]) -> bytes:
+        try:
+            return pickle.dumps(ops, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - the caller's own write is rejected
+            raise StoreError(f"cannot hand this write to the database writer: {exc}") from None
+
+    def _from_other_thread(self, work: Callable[[Callable[[bool, Any], None]], None]
+                           ) -> tuple[bool, Any]:
+        """Run ``work(finished)`` in the hub (it must not block) and wait here until it
+        calls ``finished(ok, value)``."""
         done = self._native_lock()
         done.acquire()
         box: list[tuple[bool, Any]] = []
@@ -232,7 +285,7 @@ class WriterProcess:
 
         def start() -> None:
             try:
-                self._submit(ops, finished)
+                work(finished)
             except Exception as exc:  # noqa: BLE001 - reported to the waiting thread
                 finished(False, exc)
 
@@ -242,12 +295,13 @@ class WriterProcess:
 
     def apply(self, ops: list[Any]) -> Any:
         """Commit ``ops`` as one transaction (grouped with others); its results, or raise."""
+        blob = self._pickled(ops)
         if self._in_hub():
-            frame, i = self._submit(ops, None)
+            frame, i = self._submit(blob, None)
             frame.done.wait()
             ok, value = frame.outcomes[i]
         else:
-            ok, value = self._from_other_thread(ops)
+            ok, value = self._from_other_thread(lambda finished: self._submit(blob, finished))
         if ok:
             return value
         raise value
@@ -255,57 +309,80 @@ class WriterProcess:
     def post(self, ops: list[Any], callback: Callable[[bool, Any], None]) -> None:
         """:meth:`apply` without waiting: ``callback(ok, value)`` runs in the hub once
         committed (or once it failed)."""
+        blob = self._pickled(ops)
         if self._in_hub():
-            self._submit(ops, callback)
+            self._submit(blob, callback)
         else:
-            callback(*self._from_other_thread(ops))
+            callback(*self._from_other_thread(lambda finished: self._submit(blob, finished)))
+
+    def _last_frame(self) -> _Frame | None:
+        if self._pending:
+            return self._pending[-1]
+        return self._inflight[-1] if self._inflight else None
 
     def barrier(self) -> None:
         """Return once every write submitted before this call has been answered."""
-        if not self._in_hub():
-            self._from_other_thread([])
+        if self._in_hub():
+            last = self._last_frame()
+            if last is not None:
+                last.done.wait()
             return
-        last = self._pending[-1] if self._pending else self._inflight
-        if last is not None:
-            last.done.wait()
+
+        def watch(finished: Callable[[bool, Any], None]) -> None:
+            last = self._last_frame()
+            if last is None:
+                finished(True, None)
+            else:
+                last.done.rawlink(lambda _event: finished(True, None))
+
+        self._from_other_thread(watch)
 
     def waiting(self) -> int:
         """Op lists submitted and not answered yet."""
-        inflight = len(self._inflight.lists) if self._inflight is not None else 0
-        return inflight + sum(len(f.lists) for f in self._pending)
+        return self._unanswered
 
     # -- answers ----------------------------------------------------------------------------
 
-    def _read_exact(self, n: int) -> bytes:
-        parts = []
-        while n:
-            chunk = self._nb_read(self._rep_r, n)
-            if not chunk:
-                raise EOFError
-            parts.append(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
-
-    def _receive(self) -> Any:
-        (size,) = _HEADER.unpack(self._read_exact(_HEADER.size))
-        return pickle.loads(self._read_exact(size))
-
     def _read_loop(self) -> None:
+        buffer = bytearray()
         try:
             while True:
-                outcomes = self._receive()
-                frame, self._inflight = self._inflight, None
-                if frame is None:
-                    raise EOFError
-                self.frames += 1
-                self.lists += len(frame.lists)
-                self.largest = max(self.largest, len(frame.lists))
-                frame.finish(outcomes)
-                self._send_next()
-        except (EOFError, OSError, pickle.UnpicklingError, struct.error) as exc:
-            if not (self._closed and self._inflight is None and not self._pending):
-                status = self._reap(wait_s=_REAP_WAIT)
-                self._fail(f"the database writer process exited ({status}: {exc!r})")
+                try:
+                    chunk = os.read(self._rep_r, _PIPE_SIZE)
+                except BlockingIOError:
+                    self._hub.wait(self._watcher)
+                    continue
+                if not chunk:
+                    raise EOFError("end of file")
+                buffer += chunk
+                while len(buffer) >= _HEADER.size:
+                    (size,) = _HEADER.unpack_from(buffer)
+                    if len(buffer) < _HEADER.size + size:
+                        break
+                    answer = pickle.loads(buffer[_HEADER.size:_HEADER.size + size])
+                    del buffer[:_HEADER.size + size]
+                    self._answered(answer)
+        except Exception as exc:  # noqa: BLE001 - any broken answer ends the child's use
+            if self._closing and not self._inflight and not self._pending:
+                return  # the child's end-of-file after close(): all answered
+            status = self._reap(wait_s=_REAP_WAIT) if isinstance(exc, EOFError) else (
+                self._kill_and_reap())
+            self._fail(f"the database writer process exited ({status}: {exc!r})")
+        finally:
+            self._watcher.close()
+
+    def _answered(self, outcomes: list[tuple[bool, Any]]) -> None:
+        if not self._inflight or len(outcomes) != len(self._inflight[0].blobs):
+            raise ValueError("an answer that matches no frame sent")
+        frame = self._inflight.popleft()
+        self.frames += 1
+        self.lists += len(frame.blobs)
+        self.largest = max(self.largest, len(frame.blobs))
+        self._unanswered -= len(frame.blobs)
+        self._watcher.ref = self._unanswered > 0
+        frame.finish(outcomes)
+        if self._pending:
+            self._wake.set()
 
     def _fail(self, reason: str) -> None:
         from hermes_actors.store.db import StoreUnavailableError
@@ -313,21 +390,28 @@ class WriterProcess:
         if self._error is None:
             self._error = reason
             log.error("%s; writes fail until the store reopens the database", reason)
-        frames = ([self._inflight] if self._inflight is not None else []) + list(self._pending)
-        self._inflight = None
+        frames = list(self._inflight) + list(self._pending)
+        self._inflight.clear()
         self._pending.clear()
+        self._unanswered = 0
+        self._wake.set()  # the sender sees the error and ends
         for frame in frames:
-            frame.finish([(False, StoreUnavailableError(reason))] * len(frame.lists))
+            frame.finish([(False, StoreUnavailableError(reason))] * len(frame.blobs))
 
-    def _reap(self, wait_s: float | None = None) -> str:
-        """Collect the child's exit status: wait for it (``None``), or poll for ``wait_s``
-        seconds without blocking the hub (its pipe closed: it is exiting)."""
+    def _kill_and_reap(self) -> str:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        return self._reap(wait_s=_REAP_WAIT)
+
+    def _reap(self, wait_s: float) -> str:
+        """Collect the child's exit status, polling for up to ``wait_s`` seconds without
+        blocking the hub."""
         import gevent
 
-        deadline = time.monotonic() + (wait_s or 0.0)
+        deadline = time.monotonic() + wait_s
         while True:
             try:
-                pid, status = self._waitpid(self.pid, 0 if wait_s is None else os.WNOHANG)
+                pid, status = self._waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
                 return "already reaped"
             if pid != 0:
@@ -340,17 +424,45 @@ class WriterProcess:
         return f"exit status {os.waitstatus_to_exitcode(status)}"
 
     def close(self) -> None:
-        """Wait for the writes submitted so far, then let the child close the database and
-        exit (idempotent; call it from the hub's thread)."""
-        if self._closed:
+        """Refuse new writes, wait for those submitted, then let the child close the
+        database and exit (idempotent)."""
+        if not self._in_hub():
+            def work(finished: Callable[[bool, Any], None]) -> None:
+                import gevent
+
+                def run() -> None:
+                    try:
+                        self.close()
+                    except Exception as exc:  # noqa: BLE001 - raised in the waiting thread
+                        finished(False, exc)
+                    else:
+                        finished(True, None)
+
+                gevent.spawn(run)
+
+            ok, value = self._from_other_thread(work)
+            if not ok:
+                raise value
             return
-        if self._error is None:
-            self.barrier()
-        self._closed = True
+        if self._closing:
+            self._sender.join()
+            self._reader.join()
+            return
+        self._closing = True
+        self._wake.set()
+        self._sender.join()  # everything pending is written (or the writer failed)
+        last = self._inflight[-1] if self._inflight else None
+        if last is not None:
+            last.done.wait()
         self._close_fd(self._req_w)  # the child sees end-of-file, closes the database, exits
-        self._reader.join()
+        self._watcher.ref = True  # until its end-of-file
+        self._reader.join(timeout=_REAP_WAIT)
+        if not self._reader.dead:
+            self._reader.kill()
         self._close_fd(self._rep_r)
-        self._reap()
+        if self._reap(wait_s=_REAP_WAIT) == "still running":
+            log.warning("the database writer process %d did not exit; killing it", self.pid)
+            self._kill_and_reap()
 
 
 # -- the child ------------------------------------------------------------------------------
@@ -384,11 +496,35 @@ def _write_blocking(fd: int, data: bytes) -> None:
 
 
 def _answer(outcomes: list[tuple[bool, Any]]) -> bytes:
+    """The answer frame; an error is sent as :class:`StoreError` text unless it pickles and
+    unpickles as itself."""
+    safe = []
+    for ok, value in outcomes:
+        if not ok:
+            try:
+                pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception:  # noqa: BLE001 - it travels as text instead
+                value = StoreError(f"{type(value).__name__}: {value}")
+        safe.append((ok, value))
+    return _frame(safe)
+
+
+def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
+    """Apply the readable op lists as one group; an unreadable list fails alone."""
+    lists: list[Any] = []
+    outcomes: list[tuple[bool, Any] | None] = []
+    for blob in blobs:
+        try:
+            lists.append(pickle.loads(blob))
+            outcomes.append(None)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class only the parent can import
+            outcomes.append((False, StoreError(f"the database writer cannot read a write: "
+                                               f"{type(exc).__name__}: {exc}")))
     try:
-        return _frame(outcomes)
-    except Exception:  # noqa: BLE001 - an error that cannot be pickled travels as text
-        return _frame([(ok, value if ok else StoreError(f"{type(value).__name__}: {value}"))
-                       for ok, value in outcomes])
+        applied = iter(db.apply_lists(lists) if lists else [])
+    except Exception as exc:  # noqa: BLE001 - a failure of the group fails its lists
+        applied = iter([(False, exc)] * len(lists))
+    return [next(applied) if outcome is None else outcome for outcome in outcomes]
 
 
 def serve(path: str, parent_pid: int) -> int:
@@ -406,7 +542,7 @@ def serve(path: str, parent_pid: int) -> int:
         while True:
             try:
                 (size,) = _HEADER.unpack(_read_blocking(0, _HEADER.size))
-                lists = pickle.loads(_read_blocking(0, size))
+                blobs = pickle.loads(_read_blocking(0, size))
             except EOFError:
                 return 0
             if db is None:
@@ -414,9 +550,9 @@ def serve(path: str, parent_pid: int) -> int:
                     db = SessionDB(path, writer="thread")
                 except StoreError as exc:
                     error = StoreUnavailableError(f"the database writer cannot open it: {exc}")
-                    _write_blocking(answers, _answer([(False, error)] * len(lists)))
+                    _write_blocking(answers, _answer([(False, error)] * len(blobs)))
                     return 1
-            _write_blocking(answers, _answer(db.apply_lists(lists)))
+            _write_blocking(answers, _answer(_apply_frame(db, blobs)))
     finally:
         if db is not None:
             db.close()

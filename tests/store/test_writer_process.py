@@ -53,8 +53,8 @@ GROUPS = PRELUDE + textwrap.dedent(
     failing.join(timeout=30)
     assert isinstance(failing.exception, StoreError), failing.exception
     stats = db.statistics()
-    # the first list went alone; the others gathered while it was in flight
-    assert stats.group_calls == 2 and stats.largest_group == 50, stats
+    # the sender greenlet ran after all of them: one frame, bad list included
+    assert stats.group_calls == 1 and stats.largest_group == 51, stats
     assert db.counts()["sessions"] == 50
 
     # a posted write is seen by the next read, and its callback hears of the commit
@@ -100,6 +100,70 @@ CHILD_DIES = PRELUDE + textwrap.dedent(
     """
 )
 
+ISOLATION = PRELUDE + textwrap.dedent(
+    """
+    class Tag(str):  # importable here, not in the child: the child cannot read it
+        pass
+
+    def write(n, content="x"):
+        sid = f"20231114_000000_{n:08x}"
+        return db.apply(ops(n) + [AppendMessage(sid, {"role": "user", "content": content,
+                                                      "timestamp": 1.0})])
+
+    innocent = [gevent.spawn(write, n) for n in range(20)]
+    unpicklable = gevent.spawn(write, 100, lambda: None)
+    unreadable = gevent.spawn(write, 101, Tag("x"))
+    gevent.joinall(innocent, raise_error=True, timeout=30)
+    gevent.joinall([unpicklable, unreadable], timeout=30)
+    assert isinstance(unpicklable.exception, StoreError), unpicklable.exception
+    assert "cannot hand this write" in str(unpicklable.exception)
+    assert isinstance(unreadable.exception, StoreError), unreadable.exception
+    assert "cannot read a write" in str(unreadable.exception)
+    assert not isinstance(unreadable.exception, StoreUnavailableError)
+    assert db.counts()["sessions"] == 20 and db.counts()["messages"] == 20
+    write(200)  # the child lives on
+    db.close()
+    print("ok")
+    """
+)
+
+BIG_WRITES = PRELUDE + textwrap.dedent(
+    """
+    def big(n):  # several times the pipe's buffer
+        sid = f"20231114_000000_{n:08x}"
+        return ops(n) + [AppendMessage(sid, {"role": "user", "content": "x" * (4 << 20),
+                                             "timestamp": 1.0})]
+
+    pool = ThreadPool(1)
+    assert pool.apply(db.apply, (big(1),)) == [None, None, 1]  # from a native thread
+    # a caller that gives up mid-frame leaves no half frame behind
+    with gevent.Timeout(0.0001, False):
+        db.apply(big(2))
+    # two big writers at once: one pipe writer, so frames never interleave
+    both = [gevent.spawn(db.apply, big(3)), gevent.spawn(db.apply, big(4))]
+    gevent.joinall(both, raise_error=True, timeout=60)
+    assert db.counts()["sessions"] in (3, 4)  # the timed-out write may or may not be in
+    db.close()
+    print("ok")
+    """
+)
+
+IDLE_AND_CLOSE = PRELUDE + textwrap.dedent(
+    """
+    db.apply(ops(1))
+    # nothing in flight: the writer keeps no watcher alive, the loop may end
+    assert gevent.wait(timeout=10), "an idle writer kept the hub's loop alive"
+    child = db.writer_pid
+    pool = ThreadPool(1)
+    pool.apply(db.close)  # from a native thread: handed to the hub
+    pool.kill()
+    try:
+        os.kill(child, 0)
+    except ProcessLookupError:
+        print("ok")
+    """
+)
+
 PARENT_HOLDS = PRELUDE + textwrap.dedent(
     """
     db.apply(ops(1))
@@ -130,6 +194,15 @@ class TestWriterProcess:
 
     def test_a_dead_writer_makes_writes_fail_as_unavailable(self, tmp_path):
         assert _run(CHILD_DIES, tmp_path / "state.db") == "ok"
+
+    def test_a_write_it_cannot_carry_fails_alone(self, tmp_path):
+        assert _run(ISOLATION, tmp_path / "state.db") == "ok"
+
+    def test_big_frames_from_threads_and_abandoned_callers(self, tmp_path):
+        assert _run(BIG_WRITES, tmp_path / "state.db") == "ok"
+
+    def test_idle_writer_frees_the_loop_and_closes_from_a_thread(self, tmp_path):
+        assert _run(IDLE_AND_CLOSE, tmp_path / "state.db") == "ok"
 
     def test_the_writer_dies_with_its_parent_and_frees_the_lock(self, tmp_path):
         path = tmp_path / "state.db"
@@ -185,6 +258,16 @@ class TestChoosingTheWriter:
         monkeypatch.setenv(WRITER_ENV, "fork")
         with pytest.raises(StoreError, match=WRITER_ENV):
             SessionDB(tmp_path / "state.db")
+
+    def test_the_variable_asks_for_a_process_only_under_gevent(self, tmp_path, monkeypatch,
+                                                               caplog):
+        monkeypatch.setenv(WRITER_ENV, "process")
+        db = SessionDB(tmp_path / "state.db")
+        try:
+            assert db.writer == "thread"
+        finally:
+            db.close()
+        assert f"{WRITER_ENV}=process needs gevent" in caplog.text
 
     def test_read_only_handles_never_write(self, tmp_path, monkeypatch):
         SessionDB(tmp_path / "state.db").close()
