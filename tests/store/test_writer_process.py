@@ -18,7 +18,7 @@ import pytest
 from hermes_actors.errors import StoreError
 from hermes_actors.store import SessionDB
 from hermes_actors.store.db import WRITER_ENV, StoreUnavailableError
-from hermes_actors.store.writer_process import LOCK_SUFFIX, writer_lock
+from hermes_actors.store.writer_process import LOCK_SUFFIX, decode_ops, encode_ops, writer_lock
 
 PRELUDE = textwrap.dedent(
     """
@@ -225,6 +225,59 @@ class TestWriterProcess:
             assert db.counts()["sessions"] == 1  # the committed write survived
         finally:
             db.close()
+
+
+class TestEncoding:
+    """Op lists travel as marshal of plain tuples, or as a pickle when a value needs it."""
+
+    def test_every_op_type_round_trips_through_marshal(self):
+        from dataclasses import fields
+        from typing import get_args
+
+        from hermes_actors.store.ops import Op
+
+        samples = []
+        for cls in get_args(Op):
+            values = {f.name: _sample(f.type) for f in fields(cls)}
+            op = cls(**values)
+            assert list(op.__dict__) == [f.name for f in fields(cls)]  # positional decode
+            samples.append(op)
+        blob = encode_ops(samples)
+        assert blob[:1] == b"M"
+        assert decode_ops(blob) == samples
+
+    def test_a_value_marshal_cannot_carry_goes_as_a_pickle(self):
+        from collections import OrderedDict
+
+        from hermes_actors.store.ops import AppendMessage
+
+        op = AppendMessage("20231114_000000_00000001",
+                           OrderedDict(role="user", content="x", timestamp=1.0))
+        blob = encode_ops([op])
+        assert blob[:1] == b"P" and decode_ops(blob) == [op]
+
+    def test_a_list_nothing_can_carry_is_refused(self):
+        from hermes_actors.store.ops import AppendMessage
+
+        op = AppendMessage("20231114_000000_00000001", {"role": "user", "content": lambda: 1})
+        with pytest.raises(StoreError, match="cannot hand this write"):
+            encode_ops([op])
+
+
+def _sample(annotation: object) -> object:
+    """A plain value for a field annotated ``annotation`` (ops hold only built-in types)."""
+    text = str(annotation)
+    if text.startswith(("dict", "Mapping")):
+        return {"role": "user", "content": "x", "timestamp": 1.0}
+    if text.startswith(("tuple", "list", "Sequence", "Iterable")):
+        return ("a", "b")
+    if text.startswith("float"):
+        return 1.5
+    if text.startswith("int"):
+        return 3
+    if text.startswith("bool"):
+        return True
+    return "text"
 
 
 class TestWriterLock:
