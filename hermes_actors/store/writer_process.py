@@ -11,8 +11,8 @@ into a pipe and reads answers through its event loop (2,900 turns/s on the same 
 Shorter switch intervals, and a worker thread that forwarded batches to the child, were
 measured and lost (the forwarding thread met the same GIL hand-offs).
 
-Protocol: a frame is a 4-byte little-endian length and a pickle. The child answers each
-request frame (at most ``MAX_GROUP`` op lists, applied as one group commit) with one frame of
+Protocol: a frame is a 4-byte little-endian length and a pickle; a request frame carries
+op lists each encoded on its own (:func:`encode_ops`). The child answers each request frame (at most ``MAX_GROUP`` op lists, applied as one group commit) with one frame of
 ``(ok, value)`` pairs in the same order. It is spawned before the parent opens (and migrates)
 the database, so its interpreter starts while the parent works, and it opens the database
 at the first request, which comes only after the parent's open.
