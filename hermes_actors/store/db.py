@@ -116,6 +116,8 @@ def _read_only_uri(path: Path) -> str:
 
 
 def _pick_writer(asked: str | None) -> str:
+    if asked == "inline":
+        return asked
     gevent_mode = gevent_threading_patched()
     choice = asked or os.environ.get(WRITER_ENV) or ("process" if gevent_mode else "thread")
     if choice not in _WRITERS:
@@ -141,7 +143,8 @@ class SessionDB:
     reads) or ``"process"`` (a child process, see
     :mod:`~hermes_actors.store.writer_process`; needs gevent). The default comes from the
     ``HERMES_ACTORS_DB_WRITER`` environment variable, else ``"process"`` when gevent has
-    patched ``threading`` and ``"thread"`` otherwise.
+    patched ``threading`` and ``"thread"`` otherwise. ``"inline"`` runs every call in the
+    caller's own thread, for a process with a single thread (the writer process itself).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
@@ -154,7 +157,8 @@ class SessionDB:
         self.writer = "thread" if read_only else _pick_writer(writer)
         self._closed = False
         self._close_lock = threading.Lock()
-        self._executor = DbExecutor(name=f"hermes-db:{self.path.name}")
+        self._executor = DbExecutor(name=f"hermes-db:{self.path.name}",
+                                    inline=self.writer == "inline")
         self._writer: Any = None
         self._writer_lock: int | None = None
         try:

@@ -381,15 +381,40 @@ class _GeventWorker:
             self._exited.release()
 
 
-class DbExecutor:
-    """Runs functions on one dedicated worker thread (a native thread, also under gevent)."""
+class _InlineWorker:
+    """No thread at all: every call runs in its caller. For a process whose one thread owns
+    the connection (the database writer process); a hand-off there would only add two
+    thread wake-ups to every write."""
 
-    def __init__(self, name: str = "hermes-db") -> None:
+    def __init__(self) -> None:
+        self.counts = _Counters()
+
+    def on_worker(self) -> bool:
+        """Always: the caller is the worker."""
+        return True
+
+    def waiting(self) -> int:
+        """Nothing ever waits."""
+        return 0
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class DbExecutor:
+    """Runs functions on one dedicated worker thread (a native thread, also under gevent),
+    or, with ``inline=True``, in the calling thread itself (single-threaded processes)."""
+
+    def __init__(self, name: str = "hermes-db", *, inline: bool = False) -> None:
         #: Whether the worker is a native thread serving gevent callers cooperatively.
-        self.gevent = gevent_threading_patched()
-        self._impl: _ThreadWorker | _GeventWorker = (
-            _GeventWorker(name) if self.gevent else _ThreadWorker(name)
-        )
+        self.gevent = gevent_threading_patched() and not inline
+        self._impl: _ThreadWorker | _GeventWorker | _InlineWorker
+        if inline:
+            self._impl = _InlineWorker()
+        elif self.gevent:
+            self._impl = _GeventWorker(name)
+        else:
+            self._impl = _ThreadWorker(name)
 
     def on_worker(self) -> bool:
         """Whether the calling code already runs on the worker thread."""

@@ -572,7 +572,7 @@ def serve(path: str, parent_pid: int) -> int:
                 return 0
             if db is None:
                 try:
-                    db = SessionDB(path, writer="thread")
+                    db = SessionDB(path, writer="inline")  # this thread owns the connection
                 except StoreError as exc:
                     error = StoreUnavailableError(f"the database writer cannot open it: {exc}")
                     _write_blocking(answers, _answer([(False, error)] * len(blobs)))

@@ -322,6 +322,25 @@ class TestChoosingTheWriter:
             db.close()
         assert f"{WRITER_ENV}=process needs gevent" in caplog.text
 
+    def test_inline_runs_every_call_in_the_callers_thread(self, tmp_path):
+        import threading
+
+        from hermes_actors.store.ops import AppendMessage, CreateSession
+
+        before = threading.active_count()
+        db = SessionDB(tmp_path / "state.db", writer="inline")  # what the child uses
+        try:
+            assert threading.active_count() == before  # no worker thread
+            assert db.apply([CreateSession("20231114_000000_00000001", "k", None, 1.0)]) == [None]
+            bad = AppendMessage("20231114_000000_00000003", {"role": None, "content": "x",
+                                                              "timestamp": 1.0})
+            good, failed = db.apply_lists(
+                [[CreateSession("20231114_000000_00000002", "j", None, 1.0)], [bad]])
+            assert good == (True, [None]) and failed[0] is False
+            assert db.counts()["sessions"] == 2
+        finally:
+            db.close()
+
     def test_read_only_handles_never_write(self, tmp_path, monkeypatch):
         SessionDB(tmp_path / "state.db").close()
         monkeypatch.setenv(WRITER_ENV, "process")
