@@ -116,9 +116,12 @@ def _read_only_uri(path: Path) -> str:
 
 
 def _pick_writer(asked: str | None) -> str:
-    if asked == "inline":
-        return asked
     gevent_mode = gevent_threading_patched()
+    if asked == "inline":  # the writer process's own handle: one thread, no hub
+        if gevent_mode:
+            raise StoreError("the database writer 'inline' would run SQLite on the gevent"
+                             " hub; use 'thread' or 'process'")
+        return asked
     choice = asked or os.environ.get(WRITER_ENV) or ("process" if gevent_mode else "thread")
     if choice not in _WRITERS:
         raise StoreError(f"the database writer must be 'thread' or 'process', not {choice!r}"
@@ -286,6 +289,8 @@ class SessionDB:
     def apply_lists(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
         """Apply several lists as one group commit: ``(ok, results or error)`` each (what
         a writer process runs for each frame)."""
+        if self._closed:
+            raise StoreError(f"the session database {self.path} is closed")
         return self._executor.run(self._apply_group, lists)
 
     def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:

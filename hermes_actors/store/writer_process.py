@@ -33,7 +33,9 @@ to degraded mode as for any unusable database.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
+import hashlib
 import logging
 import marshal
 import os
@@ -74,6 +76,22 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _CLASSES: tuple[type, ...] = get_args(Op)
 _CODES = {cls: code for code, cls in enumerate(_CLASSES)}
 _MARSHAL, _PICKLE = b"M", b"P"
+
+
+def _positional_fields(cls: type) -> tuple[str, ...]:
+    """``cls``'s fields, which its constructor takes positionally in this order (checked:
+    an op is decoded as ``cls(*fields)`` from its ``__dict__`` values)."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    if any(not f.init or f.kw_only for f in dataclasses.fields(cls)):
+        raise TypeError(f"{cls.__name__}: every op field must be positional")
+    return names
+
+
+#: What both ends must agree on: the codes, classes and field orders. The child refuses to
+#: serve a parent whose table differs (another version of the code on disk).
+OPS_FINGERPRINT = hashlib.sha256(repr([
+    (cls.__module__, cls.__qualname__, _positional_fields(cls)) for cls in _CLASSES
+]).encode()).hexdigest()[:16]
 
 
 def encode_ops(ops: list[Any]) -> bytes:
@@ -143,16 +161,22 @@ class _Frame:
         self.outcomes: list[tuple[bool, Any]] = []
         self.done = done
 
-    def finish(self, outcomes: list[tuple[bool, Any]]) -> None:
-        """Record the answers, wake the waiters, run the callbacks (in the hub)."""
+    def finish(self, outcomes: list[tuple[bool, Any]], schedule: Callable[..., Any]) -> None:
+        """Record the answers, wake the waiters, and ``schedule`` each callback as a callback
+        of the hub itself (never in the reader: one that blocks there on the writer would
+        wait for itself; in the hub, blocking fails loudly, as with the writer thread)."""
         self.outcomes = outcomes
         self.done.set()
         for callback, (ok, value) in zip(self.callbacks, outcomes, strict=True):
             if callback is not None:
-                try:
-                    callback(ok, value)
-                except Exception:  # noqa: BLE001 - a broken callback must not stop the others
-                    log.exception("a database write's completion callback failed")
+                schedule(_call_back, callback, ok, value)
+
+
+def _call_back(callback: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
+    try:
+        callback(ok, value)
+    except Exception:  # noqa: BLE001 - a broken callback must not stop the others
+        log.exception("a database write's completion callback failed")
 
 
 def _above_stdio(fd: int) -> int:
@@ -191,6 +215,7 @@ class WriterProcess:
         self._unanswered = 0  # op lists submitted and not answered
         self._error: str | None = None
         self._closing = False
+        self._reaped = False
         #: Frames answered, op lists answered, the most lists in one frame.
         self.frames = self.lists = self.largest = 0
         self.pid = self._spawn(path, lock_fd)
@@ -224,7 +249,7 @@ class WriterProcess:
         try:
             pid = get_original("os", "posix_spawn")(
                 sys.executable,
-                [sys.executable, "-m", __name__, str(path), str(os.getpid())],
+                [sys.executable, "-m", __name__, str(path), str(os.getpid()), OPS_FINGERPRINT],
                 env,
                 file_actions=[(dup2, req_r, 0), (dup2, rep_w, 1), (dup2, lock_copy, _LOCK_FD)],
             )
@@ -274,8 +299,8 @@ class WriterProcess:
                     return
                 frame = self._pending.popleft()
                 self._inflight.append(frame)
-                view = memoryview(_frame(frame.blobs))
                 try:
+                    view = memoryview(_frame(frame.blobs))
                     while view:
                         try:
                             view = view[os.write(self._req_w, view):]
@@ -288,8 +313,7 @@ class WriterProcess:
                 except BaseException as exc:  # a torn frame: the child can never resync
                     self._fail(f"the database writer process is unusable: a write to its "
                                f"pipe failed ({exc!r})")
-                    with contextlib.suppress(OSError):
-                        os.kill(self.pid, signal.SIGKILL)
+                    self._kill()
                     if not isinstance(exc, Exception):
                         raise
                     return
@@ -405,7 +429,7 @@ class WriterProcess:
         self.largest = max(self.largest, len(frame.blobs))
         self._unanswered -= len(frame.blobs)
         self._watcher.ref = self._unanswered > 0
-        frame.finish(outcomes)
+        frame.finish(outcomes, self._hub.loop.run_callback)
         if self._pending:
             self._wake.set()
 
@@ -421,11 +445,16 @@ class WriterProcess:
         self._unanswered = 0
         self._wake.set()  # the sender sees the error and ends
         for frame in frames:
-            frame.finish([(False, StoreUnavailableError(reason))] * len(frame.blobs))
+            frame.finish([(False, StoreUnavailableError(reason))] * len(frame.blobs),
+                         self._hub.loop.run_callback)
+
+    def _kill(self) -> None:
+        if not self._reaped:  # once reaped, the pid may name another process
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def _kill_and_reap(self) -> str:
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
+        self._kill()
         return self._reap(wait_s=_REAP_WAIT)
 
     def _reap(self, wait_s: float) -> str:
@@ -435,11 +464,15 @@ class WriterProcess:
 
         deadline = time.monotonic() + wait_s
         while True:
+            if self._reaped:
+                return "already reaped"
             try:
                 pid, status = self._waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
+                self._reaped = True
                 return "already reaped"
             if pid != 0:
+                self._reaped = True
                 break
             if time.monotonic() >= deadline:
                 return "still running"
@@ -458,8 +491,10 @@ class WriterProcess:
                 def run() -> None:
                     try:
                         self.close()
-                    except Exception as exc:  # noqa: BLE001 - raised in the waiting thread
+                    except BaseException as exc:  # noqa: BLE001 - raised in the waiting thread
                         finished(False, exc)
+                        if not isinstance(exc, Exception):
+                            raise
                     else:
                         finished(True, None)
 
@@ -552,12 +587,16 @@ def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
     return [next(applied) if outcome is None else outcome for outcome in outcomes]
 
 
-def serve(path: str, parent_pid: int) -> int:
+def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int:
     """The child's main loop: answer frames until end-of-file (opening the database at the
     first one)."""
     from hermes_actors.store.db import SessionDB, StoreUnavailableError
 
     _die_with_parent(parent_pid)
+    if fingerprint != OPS_FINGERPRINT:  # the parent encodes ops another way: never guess
+        sys.stderr.write("hermes_actors: the database writer process runs other code than "
+                         "the gateway (op table mismatch); restart the gateway\n")
+        return 2
     for signum in (signal.SIGINT, signal.SIGTERM):  # stopping is the parent's decision: it
         signal.signal(signum, signal.SIG_IGN)  # closes the pipe (or dies: PDEATHSIG)
     answers = os.dup(1)
@@ -584,4 +623,4 @@ def serve(path: str, parent_pid: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], int(sys.argv[2])))
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4]))

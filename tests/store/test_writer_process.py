@@ -62,10 +62,29 @@ GROUPS = PRELUDE + textwrap.dedent(
     db.apply_later(ops(60), lambda ok, value: heard.append((ok, value)))
     assert db.counts()["sessions"] == 51 and heard == [(True, [None, None])], heard
 
+    # callbacks run as callbacks of the hub: one that blocks on the database fails loudly
+    # instead of waiting for the reader that runs it
+    blocked = []
+
+    def reads_back(ok, value):
+        try:
+            db.counts()
+        except Exception as exc:
+            blocked.append(type(exc).__name__)
+
+    db.apply_later(ops(61), reads_back)
+    db.apply(ops(62))
+    for _ in range(100):
+        if blocked:
+            break
+        gevent.sleep(0)
+    assert blocked == ["BlockingSwitchOutError"], blocked
+    assert db.counts()["sessions"] == 53
+
     # a caller on a foreign native thread goes through the hub
     pool = ThreadPool(1)
     assert pool.apply(db.apply, (ops(99),)) == [None, None]
-    assert pool.apply(db.counts)["sessions"] == 52
+    assert pool.apply(db.counts)["sessions"] == 54
     pool.kill()
 
     child = db.writer_pid
@@ -85,17 +104,48 @@ GROUPS = PRELUDE + textwrap.dedent(
 
 CHILD_DIES = PRELUDE + textwrap.dedent(
     """
+    from hermes_actors.store.writer_process import MAX_IN_FLIGHT
+
     db.apply(ops(1))
-    os.kill(db.writer_pid, signal.SIGKILL)
-    for attempt in range(2):  # the write in flight when it died, then a later one
-        try:
-            db.apply(ops(2 + attempt))
-        except StoreUnavailableError as exc:
-            assert "writer process exited" in str(exc), exc
-        else:
-            raise AssertionError("a write succeeded without a writer")
+    child = db.writer_pid
+    os.kill(child, signal.SIGSTOP)  # frames pile up: in flight, and pending behind them
+    heard = {}
+    for n in range(2, 2 + MAX_IN_FLIGHT + 2):
+        db.apply_later(ops(n), lambda ok, value, n=n: heard.setdefault(n, []).append(
+            (ok, type(value).__name__)))
+        gevent.sleep(0)  # let the sender send what it may
+    os.kill(child, signal.SIGKILL)
+    try:
+        db.apply(ops(50))
+    except StoreUnavailableError:
+        pass
+    else:
+        raise AssertionError("a write succeeded without a writer")
+    for _ in range(100):
+        if len(heard) == MAX_IN_FLIGHT + 2:
+            break
+        gevent.sleep(0)
+    # every posted write heard exactly once that the database is unavailable
+    assert heard == {n: [(False, "StoreUnavailableError")]
+                     for n in range(2, 2 + MAX_IN_FLIGHT + 2)}, heard
     assert db.counts()["sessions"] == 1  # reads still work on this process's connection
     db.close()
+    print("ok")
+    """
+)
+
+CLOSE_COMMITS = PRELUDE + textwrap.dedent(
+    """
+    heard = []
+    for n in range(40):  # frames in flight and pending when close() is called
+        db.apply_later(ops(n), lambda ok, value: heard.append(ok))
+        if n % 10 == 0:
+            gevent.sleep(0)
+    db.close()
+    assert heard == [True] * 40, heard
+    again = SessionDB(sys.argv[1], writer="thread")
+    assert again.counts()["sessions"] == 40
+    again.close()
     print("ok")
     """
 )
@@ -136,13 +186,13 @@ BIG_WRITES = PRELUDE + textwrap.dedent(
 
     pool = ThreadPool(1)
     assert pool.apply(db.apply, (big(1),)) == [None, None, 1]  # from a native thread
-    # a caller that gives up mid-frame leaves no half frame behind
+    # a caller that stops waiting does not cancel its write, nor tear the pipe
     with gevent.Timeout(0.0001, False):
         db.apply(big(2))
     # two big writers at once: one pipe writer, so frames never interleave
     both = [gevent.spawn(db.apply, big(3)), gevent.spawn(db.apply, big(4))]
     gevent.joinall(both, raise_error=True, timeout=60)
-    assert db.counts()["sessions"] in (3, 4)  # the timed-out write may or may not be in
+    assert db.counts()["sessions"] == 4
     db.close()
     print("ok")
     """
@@ -150,6 +200,12 @@ BIG_WRITES = PRELUDE + textwrap.dedent(
 
 IDLE_AND_CLOSE = PRELUDE + textwrap.dedent(
     """
+    try:  # SQLite on the hub: refused
+        SessionDB(sys.argv[1] + ".other", writer="inline")
+    except StoreError as exc:
+        assert "inline" in str(exc), exc
+    else:
+        raise AssertionError("an inline writer was accepted under gevent")
     db.apply(ops(1))
     # nothing in flight: the writer keeps no watcher alive, the loop may end
     assert gevent.wait(timeout=10), "an idle writer kept the hub's loop alive"
@@ -195,6 +251,16 @@ class TestWriterProcess:
     def test_a_dead_writer_makes_writes_fail_as_unavailable(self, tmp_path):
         assert _run(CHILD_DIES, tmp_path / "state.db") == "ok"
 
+    def test_close_commits_what_was_submitted(self, tmp_path):
+        assert _run(CLOSE_COMMITS, tmp_path / "state.db") == "ok"
+
+    def test_a_child_of_other_code_refuses_to_serve(self, tmp_path):
+        result = subprocess.run(
+            [sys.executable, "-m", "hermes_actors.store.writer_process",
+             str(tmp_path / "state.db"), str(os.getpid()), "not-this-table"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 2 and "op table mismatch" in result.stderr
+
     def test_a_write_it_cannot_carry_fails_alone(self, tmp_path):
         assert _run(ISOLATION, tmp_path / "state.db") == "ok"
 
@@ -238,7 +304,7 @@ class TestEncoding:
 
         samples = []
         for cls in get_args(Op):
-            values = {f.name: _sample(f.type) for f in fields(cls)}
+            values = {f.name: _sample(f.type, i) for i, f in enumerate(fields(cls))}
             op = cls(**values)
             assert list(op.__dict__) == [f.name for f in fields(cls)]  # positional decode
             samples.append(op)
@@ -264,20 +330,21 @@ class TestEncoding:
             encode_ops([op])
 
 
-def _sample(annotation: object) -> object:
-    """A plain value for a field annotated ``annotation`` (ops hold only built-in types)."""
+def _sample(annotation: object, i: int) -> object:
+    """A plain value for a field annotated ``annotation`` (ops hold only built-in types),
+    different for each field position ``i``, so that swapped fields cannot pass."""
     text = str(annotation)
     if text.startswith(("dict", "Mapping")):
-        return {"role": "user", "content": "x", "timestamp": 1.0}
+        return {"role": "user", "content": f"x{i}", "timestamp": float(i)}
     if text.startswith(("tuple", "list", "Sequence", "Iterable")):
-        return ("a", "b")
+        return (f"a{i}", f"b{i}")
     if text.startswith("float"):
-        return 1.5
+        return 1.5 + i
     if text.startswith("int"):
-        return 3
+        return 3 + i
     if text.startswith("bool"):
-        return True
-    return "text"
+        return i % 2 == 0
+    return f"text{i}"
 
 
 class TestWriterLock:
