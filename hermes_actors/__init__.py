@@ -7,8 +7,9 @@ so ``hermes-actors run`` can apply ``gevent.monkey.patch_all()`` before anything
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_actors._lazy import lazy_exports
 
 _EXPORTS = {
     "Agent": "hermes_actors.agents.base",
@@ -104,14 +105,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from hermes_actors.store.store import SessionStore
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermes_actors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -9,8 +9,9 @@ Layout: :mod:`.db` (the canonical SQLite database) with :mod:`.schema`, :mod:`.f
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_actors._lazy import lazy_exports
 
 # Imported when first used: the writer process (``writer_process``) needs only the database
 # layer, and its start-up time counts in every start of the gateway.
@@ -38,14 +39,4 @@ if TYPE_CHECKING:
     from hermes_actors.store.store import SessionStore, StoreStatistics
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermes_actors.store' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

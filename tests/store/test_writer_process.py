@@ -244,15 +244,21 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+#: Scripts run in a patched process; each prints ``ok`` once its assertions held.
+SCRIPTS = {
+    "groups_and_orders_the_writes": GROUPS,
+    "a_dead_writer_fails_every_write_once_as_unavailable": CHILD_DIES,
+    "close_commits_what_was_submitted": CLOSE_COMMITS,
+    "a_write_it_cannot_carry_fails_alone": ISOLATION,
+    "big_frames_from_threads_and_abandoned_callers": BIG_WRITES,
+    "idle_writer_frees_the_loop_and_closes_from_a_thread": IDLE_AND_CLOSE,
+}
+
+
 class TestWriterProcess:
-    def test_groups_and_orders_the_writes(self, tmp_path):
-        assert _run(GROUPS, tmp_path / "state.db") == "ok"
-
-    def test_a_dead_writer_makes_writes_fail_as_unavailable(self, tmp_path):
-        assert _run(CHILD_DIES, tmp_path / "state.db") == "ok"
-
-    def test_close_commits_what_was_submitted(self, tmp_path):
-        assert _run(CLOSE_COMMITS, tmp_path / "state.db") == "ok"
+    @pytest.mark.parametrize("name", sorted(SCRIPTS))
+    def test_in_a_patched_process(self, tmp_path, name):
+        assert _run(SCRIPTS[name], tmp_path / "state.db") == "ok"
 
     def test_a_child_of_other_code_refuses_to_serve(self, tmp_path):
         result = subprocess.run(
@@ -260,15 +266,6 @@ class TestWriterProcess:
              str(tmp_path / "state.db"), str(os.getpid()), "not-this-table"],
             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and "op table mismatch" in result.stderr
-
-    def test_a_write_it_cannot_carry_fails_alone(self, tmp_path):
-        assert _run(ISOLATION, tmp_path / "state.db") == "ok"
-
-    def test_big_frames_from_threads_and_abandoned_callers(self, tmp_path):
-        assert _run(BIG_WRITES, tmp_path / "state.db") == "ok"
-
-    def test_idle_writer_frees_the_loop_and_closes_from_a_thread(self, tmp_path):
-        assert _run(IDLE_AND_CLOSE, tmp_path / "state.db") == "ok"
 
     def test_the_writer_dies_with_its_parent_and_frees_the_lock(self, tmp_path):
         path = tmp_path / "state.db"
