@@ -179,11 +179,11 @@ def _call_back(callback: Callable[[bool, Any], None], ok: bool, value: Any) -> N
         log.exception("a database write's completion callback failed")
 
 
-def _above_stdio(fd: int) -> int:
+def _above_stdio(fd: int, close: Callable[[int], None]) -> int:
     """A close-on-exec copy of ``fd`` numbered 10 or more (``fd`` is closed): the child's
     ``dup2`` actions target 0, 1 and 3, which must not be sources too."""
     high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-    os.close(fd)
+    close(fd)
     return high
 
 
@@ -231,7 +231,7 @@ class WriterProcess:
         fds: list[int] = []
         try:
             for _ in range(2):
-                fds.extend(_above_stdio(fd) for fd in os.pipe())
+                fds.extend(_above_stdio(fd, self._close_fd) for fd in os.pipe())
             fds.append(fcntl.fcntl(lock_fd, fcntl.F_DUPFD_CLOEXEC, 10))
         except OSError:
             for fd in fds:
