@@ -156,7 +156,7 @@ class SessionDB:
         self.path = Path(path)
         #: Whether this handle was opened read-only.
         self.read_only = read_only
-        #: ``"thread"`` or ``"process"``: where this handle's writes are committed.
+        #: ``"thread"``, ``"process"`` or ``"inline"``: where this handle's writes are committed.
         self.writer = "thread" if read_only else _pick_writer(writer)
         self._closed = False
         self._close_lock = threading.Lock()
