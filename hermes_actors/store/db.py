@@ -283,7 +283,7 @@ class SessionDB:
         if self._closed:
             raise StoreError(f"the session database {self.path} is closed")
         if self._writer is not None:
-            return self._writer.apply(list(ops))
+            return self._writer.apply(ops)  # encoded at once: no copy needed
         return self._executor.run_grouped(self._apply_group, list(ops))
 
     def apply_lists(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
@@ -301,7 +301,7 @@ class SessionDB:
         if self._closed:
             raise StoreError(f"the session database {self.path} is closed")
         if self._writer is not None:
-            self._writer.post(list(ops), callback)
+            self._writer.post(ops, callback)
             return
         self._executor.post_grouped(self._apply_group, list(ops), callback)
 
