@@ -13,7 +13,6 @@ so the model always sees where the label starts and ends.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ from datetime import datetime
 
 from hermes_actors.config import GatewayConfig, HomeChannel
 from hermes_actors.model.entry import SessionEntry
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.keys import (
     build_session_key,
     is_shared_multi_user_session,
@@ -134,7 +134,7 @@ def quote_label(value: object) -> str:
     text = _strip_controls(str(value))
     if len(text) > MAX_LABEL_CHARS:
         text = text[: MAX_LABEL_CHARS - 1] + "…"
-    return json.dumps(text, ensure_ascii=False)
+    return to_json(text)
 
 
 # -- the prompt -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hermes_actors.runtime.eviction import (
+    IN_USE,
     PRESSURE_CHECK_GROWTH_BYTES,
     CacheItem,
     EvictionPlan,
@@ -193,7 +194,14 @@ class AgentCacheActor(LightActor):
         if len(self._slots) > self._settings.max_size:  # planning is not free: only when over
             lazy = (CacheItem(k, s.last_used, s.in_use, s.persisted)
                     for k, s in self._slots.items())
-            self._apply(plan_lru(lazy, self._settings.max_size, len(self._slots)), "lru")
+            plan = plan_lru(lazy, self._settings.max_size, len(self._slots))
+            self._apply(plan, "lru")
+            # An agent out for a turn is being used right now: the most recent use there
+            # is. The ones this walk passed over move to the end, so the next walk does
+            # not pass them again (busy agents would otherwise drift to the front).
+            for skipped in plan.skipped:
+                if skipped.reason == IN_USE:
+                    self._slots.move_to_end(skipped.key)
 
     # -- boundaries -----------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ the degraded mirror wins over older rows and the JSONL transcripts are imported.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from typing import Any, NamedTuple
 from hermes_actors.config import GatewayConfig
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import SessionEntry, validate_session_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.degraded import DegradedBackend
@@ -51,8 +51,6 @@ log = logging.getLogger("hermes_actors.store")
 #: Seconds between coalesced ``sessions.json`` writes (SQLite mode).
 DEFAULT_MIRROR_INTERVAL = 5.0
 _STRIPES = 64
-#: Serialises an entry dict (one encoder for all: ``json.dumps`` with options builds one a call).
-_entry_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class _SystemClock:
@@ -207,7 +205,7 @@ class StoreCore:
         if missing:
             mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self._ts())
             missing = self._entries.fill({
-                k: _entry_json(v) for k, v in mirror.entries.items()
+                k: to_json(v) for k, v in mirror.entries.items()
                 if not str(k).startswith("_") and isinstance(v, dict)})
         if missing:
             log.error("%d routing entries could not be read from state.db or %s; those "
@@ -294,7 +292,7 @@ class StoreCore:
         self, ops: list[Any], *, put: list[SessionEntry] = (), delete: list[str] = ()
     ) -> list[Any]:
         """Apply ``ops`` plus routing upserts/deletes as one transaction, then publish."""
-        rows = [(entry, _entry_json(entry.to_dict())) for entry in put]
+        rows = [(entry, to_json(entry.to_dict())) for entry in put]
         all_ops = list(ops) + [
             PutRouting(e.session_key, text, epoch(e.updated_at) if e.updated_at else self._ts())
             for e, text in rows
@@ -340,7 +338,7 @@ class StoreCore:
         # Database rows stay text until used; entries taken from the mirror are parsed
         # now, serialised and committed.
         for key, entry in added.items():
-            texts[key] = _entry_json(entry.to_dict())
+            texts[key] = to_json(entry.to_dict())
         with self._map_lock:
             self._entries.load(keys, texts, added)
         if self.db is not None and added:

@@ -11,7 +11,6 @@ This is a mixin of :class:`~hermes_actors.store.store.SessionStore`; it relies o
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -20,6 +19,7 @@ from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import validate_session_id, validate_session_key
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.ids import new_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store import ledger, lifecycle
 from hermes_actors.store.ops import (
@@ -61,7 +61,7 @@ _DAY = 86400.0
 
 def _payload(event: MessageEvent) -> str:
     try:
-        return json.dumps(event.to_dict(), ensure_ascii=False)
+        return to_json(event.to_dict())
     except (TypeError, ValueError) as exc:
         raise ValueError(f"event {event.event_id} cannot be stored: {exc}") from None
 

@@ -14,12 +14,12 @@ using the models.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import peewee as pw
 
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
 from hermes_actors.store.ops import (
     AcceptEvent,
@@ -112,7 +112,7 @@ _LEDGER_FINISH = (
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else to_json(value)
 
 
 class SqliteOps:
