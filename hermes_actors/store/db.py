@@ -42,6 +42,7 @@ import peewee as pw
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import fts
+from hermes_actors.store.checkpointer import FALLBACK_PAGES
 from hermes_actors.store.executor import (
     DbExecutor,
     ExecutorStatistics,
@@ -92,15 +93,18 @@ class StoreUnavailableError(StoreError):
     """The database cannot be opened or written; the store falls back to degraded mode."""
 
 
-def _pragmas(read_only: bool) -> list[tuple[str, Any]]:
+def _pragmas(read_only: bool, writer: str) -> list[tuple[str, Any]]:
     if read_only:
         return [("busy_timeout", BUSY_TIMEOUT_MS), ("query_only", 1)]
-    return [
+    pragmas = [
         ("journal_mode", "wal"),
         ("synchronous", "normal"),
         ("foreign_keys", "on"),
         ("busy_timeout", BUSY_TIMEOUT_MS),
     ]
+    if writer == "inline":  # the writer process: its Checkpointer keeps the log short
+        pragmas.append(("wal_autocheckpoint", FALLBACK_PAGES))
+    return pragmas
 
 
 def _read_only_uri(path: Path) -> str:
@@ -212,7 +216,7 @@ class SessionDB:
             target, extra = str(self.path), {}
         self._database = pw.SqliteDatabase(
             target,
-            pragmas=_pragmas(self.read_only),
+            pragmas=_pragmas(self.read_only, self.writer),
             thread_safe=False,
             autoconnect=False,
             lock_type="IMMEDIATE",

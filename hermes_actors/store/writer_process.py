@@ -15,7 +15,9 @@ Protocol: a frame is a 4-byte little-endian length and a pickle; a request frame
 op lists each encoded on its own (:func:`encode_ops`). The child answers each request frame (at most ``MAX_GROUP`` op lists, applied as one group commit) with one frame of
 ``(ok, value)`` pairs in the same order. It is spawned before the parent opens (and migrates)
 the database, so its interpreter starts while the parent works, and it opens the database
-at the first request, which comes only after the parent's open.
+at the first request, which comes only after the parent's open. Its commits never copy the
+log back into the database: a :class:`~hermes_actors.store.checkpointer.Checkpointer`
+thread of the child does that a few times a second.
 
 Order: at most :data:`MAX_IN_FLIGHT` frames are in flight and the child runs them in order;
 op lists submitted meanwhile wait in the next frame, so they are grouped while the child
@@ -590,6 +592,7 @@ def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
 def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int:
     """The child's main loop: answer frames until end-of-file (opening the database at the
     first one)."""
+    from hermes_actors.store.checkpointer import Checkpointer
     from hermes_actors.store.db import SessionDB, StoreUnavailableError
 
     _die_with_parent(parent_pid)
@@ -601,7 +604,7 @@ def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int
         signal.signal(signum, signal.SIG_IGN)  # closes the pipe (or dies: PDEATHSIG)
     answers = os.dup(1)
     os.dup2(2, 1)  # anything printed by accident goes to stderr, not into the protocol
-    db = None
+    db = checkpointer = None
     try:
         while True:
             try:
@@ -616,8 +619,11 @@ def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int
                     error = StoreUnavailableError(f"the database writer cannot open it: {exc}")
                     _write_blocking(answers, _answer([(False, error)] * len(blobs)))
                     return 1
+                checkpointer = Checkpointer(path)  # commits never copy the log back
             _write_blocking(answers, _answer(_apply_frame(db, blobs)))
     finally:
+        if checkpointer is not None:
+            checkpointer.close()
         if db is not None:
             db.close()
 

@@ -245,7 +245,29 @@ def _gone(pid: int) -> bool:
 
 
 #: Scripts run in a patched process; each prints ``ok`` once its assertions held.
+CHECKPOINTED = PRELUDE + textwrap.dedent(
+    """
+    import time
+    from hermes_actors.store.ops import AppendMessage
+    db.apply(ops(1))
+    sid = "20231114_000000_00000001"
+    size = os.path.getsize(sys.argv[1])
+    # ~2 MB of rows: far below the child's own threshold (FALLBACK_PAGES), so only its
+    # background checkpointer can copy them into the database file
+    for batch in range(20):
+        db.apply([AppendMessage(sid, {"role": "user", "content": "x" * 1000 + str(i),
+                                      "timestamp": 1.0}) for i in range(100)])
+    deadline = time.monotonic() + 30
+    while os.path.getsize(sys.argv[1]) < size + 1_000_000:
+        assert time.monotonic() < deadline, "the log was never copied back"
+        gevent.sleep(0.05)
+    db.close()
+    print("ok")
+    """
+)
+
 SCRIPTS = {
+    "the_writer_checkpoints_in_the_background": CHECKPOINTED,
     "groups_and_orders_the_writes": GROUPS,
     "a_dead_writer_fails_every_write_once_as_unavailable": CHILD_DIES,
     "close_commits_what_was_submitted": CLOSE_COMMITS,
