@@ -4,14 +4,18 @@ In WAL mode SQLite checkpoints inside the COMMIT that pushes the log past
 ``wal_autocheckpoint`` pages (1,000 by default): that one commit copies about 4 MB into
 the database file and syncs both files, and every caller grouped into it waits. In the
 database writer process those stalls left the gateway's hub idle (measured at 10,000
-sessions: the writer spent ~20 µs a turn in checkpoints, and the hub sat idle 12 % of the
-time instead of 9 %).
+sessions: the writer spent ~20 µs a turn in checkpoints, and the hub sat idle 11 % of the
+time instead of 5 %).
 
-So the writer process checkpoints on a thread of its own, through its own connection, a
-few times a second. A ``PASSIVE`` checkpoint never blocks the writer, and it returns at
-once when there is nothing to copy. The writer's connection keeps a high automatic
-threshold (:data:`FALLBACK_PAGES`) as a safety net: if this thread lags or fails, the log
-still cannot grow without bound.
+So the writer process checkpoints on a thread of its own, through its own connection,
+every :data:`INTERVAL` seconds. A ``PASSIVE`` checkpoint takes no lock the writer needs and
+returns at once when there is nothing to copy. The interval is short on purpose: the
+checkpoint's sync still stalls the writer's own log writes in the file system for as long
+as it takes, and that grows with what it copies. Measured at 1,000 messages/s (p99 submit
+→ reply): every 1 s 33 ms, every 0.2 s 18 ms, every 0.05 s 7.9 ms, against 7.4 ms with
+SQLite's own checkpoints; at 10,000 sessions it gains 10-15 % throughput. The writer's
+connection keeps a high automatic threshold (:data:`FALLBACK_PAGES`) as a safety net: if
+this thread lags or fails, the log still cannot grow without bound.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ __all__ = ["FALLBACK_PAGES", "INTERVAL", "Checkpointer", "CheckpointResult"]
 log = logging.getLogger("hermes_actors.store")
 
 #: Seconds between background checkpoints.
-INTERVAL = 0.2
+INTERVAL = 0.05
 #: ``wal_autocheckpoint`` of a connection whose log a :class:`Checkpointer` keeps short:
 #: reached only when the checkpointer falls behind (about 40 MB of log).
 FALLBACK_PAGES = 10_000
