@@ -149,26 +149,45 @@ ROUTING_CLEAN_MARKS = (
     ('"active_turn_token": ', '"active_turn_token": null'),
     ('"resume_pending": ', '"resume_pending": false'),
 )
-#: The same test in SQL (frozen: it is part of migration 3's index).
-ROUTING_MAY_NEED_RECOVERY = (
-    "instr(entry, '\"active_turn_token\": null') = 0"
-    " OR instr(substr(entry, instr(entry, '\"active_turn_token\": ') + 21),"
-    " '\"active_turn_token\": ') > 0"
-    " OR instr(entry, '\"resume_pending\": false') = 0"
-    " OR instr(substr(entry, instr(entry, '\"resume_pending\": ') + 18),"
-    " '\"resume_pending\": ') > 0"
-)
-#: Migration 3: a partial index of the routing rows that may need recovery, so a start
+
+
+def _may_need_recovery_sql() -> str:
+    """The test of :func:`~hermes_actors.store.entrymap.may_need_recovery` in SQL: a clean
+    mark missing, or a key prefix found again after its first occurrence."""
+    tests = []
+    for prefix, clean in ROUTING_CLEAN_MARKS:
+        tests.append(f"instr(entry, '{clean}') = 0")
+        tests.append(f"instr(substr(entry, instr(entry, '{prefix}') + {len(prefix)}),"
+                     f" '{prefix}') > 0")
+    return " OR ".join(tests)
+
+
+#: The same test in SQL (the ``WHERE`` of the ``routing_recovery`` index: a query with
+#: exactly this text is answered from the index).
+ROUTING_MAY_NEED_RECOVERY = _may_need_recovery_sql()
+#: The ``routing_recovery`` partial index of the rows that may need recovery, so a start
 #: finds 1,000 marked sessions among 100,000 without reading every row. Being an index on
 #: the row's own text, it holds for rows written by any tool, not just by the store.
-ROUTING_RECOVERY_DDL: tuple[str, ...] = (
+ROUTING_RECOVERY_INDEX = (
     "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key)"
-    " WHERE " + ROUTING_MAY_NEED_RECOVERY,
+    " WHERE " + ROUTING_MAY_NEED_RECOVERY
+)
+#: Migration 3 as released (frozen): the index without the repeated-key test.
+_ROUTING_RECOVERY_V3 = (
+    "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key)"
+    " WHERE instr(entry, '\"active_turn_token\": null') = 0"
+    " OR instr(entry, '\"resume_pending\": false') = 0",
+)
+#: Migration 4: the index re-created with today's test. A database migrated to 3 kept the
+#: old index, which SQLite cannot use for today's query: every start read every row.
+ROUTING_RECOVERY_DDL: tuple[str, ...] = (
+    "DROP INDEX IF EXISTS routing_recovery",
+    ROUTING_RECOVERY_INDEX,
 )
 
 #: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, ROUTING_RECOVERY_DDL
+    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, ROUTING_RECOVERY_DDL
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -197,7 +216,7 @@ def migrate(database: pw.Database) -> int:
 def repair_canonical_tables(database: pw.Database) -> None:
     """Re-create canonical tables or indexes that were lost (a no-op when all exist)."""
     with database.atomic():
-        for statement in CANONICAL_DDL + OUTBOX_DDL + ROUTING_RECOVERY_DDL:
+        for statement in (*CANONICAL_DDL, *OUTBOX_DDL, ROUTING_RECOVERY_INDEX):
             database.execute_sql(statement)
 
 

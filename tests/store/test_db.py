@@ -187,3 +187,36 @@ class TestReadOnly:
         with pytest.raises(StoreUnavailableError):
             SessionDB(tmp_path / "none.db", read_only=True)
         assert list(tmp_path.iterdir()) == []
+
+
+class TestRoutingRecoveryIndex:
+    """The start's query for rows that may need recovery is answered from the index, also
+    on a database migrated to version 3, whose index had an older condition."""
+
+    @staticmethod
+    def _plan(path) -> str:
+        from hermes_actors.store.schema import ROUTING_MAY_NEED_RECOVERY
+
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("EXPLAIN QUERY PLAN SELECT session_key, entry FROM routing"
+                                f" WHERE {ROUTING_MAY_NEED_RECOVERY}").fetchall()
+        return " ".join(row[-1] for row in rows)
+
+    def test_a_new_database(self, tmp_path):
+        SessionDB(tmp_path / "state.db").close()
+        assert "USING INDEX routing_recovery" in self._plan(tmp_path / "state.db")
+
+    def test_a_database_migrated_to_version_3(self, tmp_path):
+        from hermes_actors.store.schema import MIGRATIONS
+
+        path = tmp_path / "state.db"
+        with sqlite3.connect(path) as conn:  # what the release with migration 3 left
+            for migration in MIGRATIONS[:3]:
+                for statement in migration:
+                    conn.execute(statement)
+            conn.execute("PRAGMA user_version = 3")
+        assert "USING INDEX" not in self._plan(path)  # the old index does not serve it
+        SessionDB(path).close()
+        assert "USING INDEX routing_recovery" in self._plan(path)
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
