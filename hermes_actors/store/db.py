@@ -400,13 +400,13 @@ class SessionDB:
             f'SELECT session_key, entry FROM "routing" WHERE {ROUTING_MAY_NEED_RECOVERY}'
         ).fetchall())
 
-    def routing_keys_idle_before(self, cutoff: float) -> list[str]:
-        """Keys whose row was last changed before ``cutoff`` (epoch), plus rows whose entry
-        has no ``updated_at`` (their age is judged from the entry): pruning's candidates."""
-        rows = self._read(lambda: self._database.execute_sql(
-            'SELECT session_key FROM "routing" WHERE updated_at < ?'
+    def routing_idle_before(self, cutoff: float) -> list[tuple[str, str]]:
+        """``(session_key, entry text)`` of rows last changed before ``cutoff`` (epoch), plus
+        rows whose entry has no ``updated_at`` (their age is judged from the entry):
+        pruning's candidates."""
+        return self._read(lambda: self._database.execute_sql(
+            'SELECT session_key, entry FROM "routing" WHERE updated_at < ?'
             " OR instr(entry, '\"updated_at\": null') > 0", (cutoff,)).fetchall())
-        return [key for (key,) in rows]
 
     def routing_entry(self, session_key: str) -> str | None:
         """The entry text of one routing row, or ``None``."""

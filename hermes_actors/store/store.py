@@ -267,10 +267,11 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         if db is None:
             return self.list_sessions()
         try:
-            keys = db.routing_keys_idle_before(cutoff)
+            rows = db.routing_idle_before(cutoff)
         except StoreError:
             return self.list_sessions()
-        return [e for e in map(self._entries.get, keys) if e is not None]
+        self._entries.fill(dict(rows))  # one read: no row is fetched again key by key
+        return [e for e in (self._entries.get(key) for key, _ in rows) if e is not None]
 
     def prune_stale_entries(self, max_age_days: float) -> int:
         """Drop routing entries idle for ``max_age_days`` (0 disables); transcripts stay.
