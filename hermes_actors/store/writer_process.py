@@ -52,6 +52,8 @@ from pathlib import Path
 from typing import Any, get_args
 
 from hermes_actors.errors import StoreError
+from hermes_actors.store.checkpointer import Checkpointer
+from hermes_actors.store.db import SessionDB, StoreUnavailableError
 from hermes_actors.store.executor import MAX_GROUP
 from hermes_actors.store.ops import Op
 
@@ -129,8 +131,6 @@ def writer_lock(path: Path, wait_s: float, sleep: Callable[[float], None]) -> in
     Waits up to ``wait_s`` for a holder (an old writer child finishing) to go, then raises
     ``StoreUnavailableError``.
     """
-    from hermes_actors.store.db import StoreUnavailableError
-
     lock_path = Path(str(path) + LOCK_SUFFIX)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -274,8 +274,6 @@ class WriterProcess:
     def _submit(self, blob: bytes, callback: Callable[[bool, Any], None] | None
                 ) -> tuple[_Frame, int]:
         """Queue one encoded op list (in the hub, never blocking)."""
-        from hermes_actors.store.db import StoreUnavailableError
-
         if self._error is not None:
             raise StoreUnavailableError(self._error)
         if self._closing:
@@ -436,8 +434,6 @@ class WriterProcess:
             self._wake.set()
 
     def _fail(self, reason: str) -> None:
-        from hermes_actors.store.db import StoreUnavailableError
-
         if self._error is None:
             self._error = reason
             log.error("%s; writes fail until the store reopens the database", reason)
@@ -592,9 +588,6 @@ def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
 def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int:
     """The child's main loop: answer frames until end-of-file (opening the database at the
     first one)."""
-    from hermes_actors.store.checkpointer import Checkpointer
-    from hermes_actors.store.db import SessionDB, StoreUnavailableError
-
     _die_with_parent(parent_pid)
     if fingerprint != OPS_FINGERPRINT:  # the parent encodes ops another way: never guess
         sys.stderr.write("hermes_actors: the database writer process runs other code than "
