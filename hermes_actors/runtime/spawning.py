@@ -24,21 +24,9 @@ from hermes_actors.store.executor import gevent_threading_patched
 
 __all__ = ["GreenFuture", "LightActor", "spawn"]
 
-_green: list[bool] = []  # once gevent has patched threading, it stays patched
-
-
-def _in_gevent() -> bool:
-    if _green:
-        return True
-    if gevent_threading_patched():
-        _green.append(True)
-        return True
-    return False
-
-
 def spawn(fn: Callable[[], Any], name: str) -> None:
     """Run ``fn()`` concurrently: a bare greenlet under gevent, else a daemon thread."""
-    if _in_gevent():
+    if gevent_threading_patched():
         import gevent
 
         gevent.spawn(fn)
@@ -102,7 +90,7 @@ class LightActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        if _in_gevent():
+        if gevent_threading_patched():
             import gevent.queue
 
             return gevent.queue.Queue()
@@ -110,12 +98,12 @@ class LightActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_future() -> pykka.Future:
-        if _in_gevent():
+        if gevent_threading_patched():
             return GreenFuture()
         return pykka.ThreadingFuture()
 
     def _start_actor_loop(self) -> None:
-        if _in_gevent():
+        if gevent_threading_patched():
             import gevent
 
             gevent.spawn(self._actor_loop)

@@ -86,10 +86,19 @@ class _Counters:
         self.batches = self.calls = self.group_calls = self.grouped = self.largest_group = 0
 
 
+_patched: list[bool] = []  # once gevent has patched threading, it stays patched
+
+
 def gevent_threading_patched() -> bool:
-    """Whether gevent has monkey-patched ``threading`` in this process."""
+    """Whether gevent has monkey-patched ``threading`` in this process (asked on hot
+    paths: a yes is remembered)."""
+    if _patched:
+        return True
     monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey is not None and monkey.is_module_patched("threading"))
+    if monkey is not None and monkey.is_module_patched("threading"):
+        _patched.append(True)
+        return True
+    return False
 
 
 def new_rlock() -> Any:
