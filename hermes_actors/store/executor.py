@@ -44,6 +44,7 @@ __all__ = [
     "DbExecutor",
     "ExecutorStatistics",
     "GroupFn",
+    "call_back",
     "gevent_threading_patched",
     "new_rlock",
 ]
@@ -137,14 +138,20 @@ class _Job:
         raise self.value
 
 
+def call_back(callback: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
+    """``callback(ok, value)`` for a call nobody waits for; a failing callback is logged
+    (it must not stop the others)."""
+    try:
+        callback(ok, value)
+    except Exception:  # noqa: BLE001
+        log.exception("a database call's completion callback failed")
+
+
 def _call_back(jobs: list[_Job]) -> None:
     """Report the calls of a finished batch that nobody waits for."""
     for job in jobs:
         if job.callback is not None:
-            try:
-                job.callback(job.ok, job.value)
-            except Exception:  # noqa: BLE001 - a broken callback must not stop the others
-                log.exception("a database call's completion callback failed")
+            call_back(job.callback, job.ok, job.value)
 
 
 class _Batch:

@@ -54,7 +54,7 @@ from typing import Any, get_args
 from hermes_actors.errors import StoreError
 from hermes_actors.store.checkpointer import Checkpointer
 from hermes_actors.store.db import SessionDB, StoreUnavailableError
-from hermes_actors.store.executor import MAX_GROUP
+from hermes_actors.store.executor import MAX_GROUP, call_back
 from hermes_actors.store.ops import Op
 
 __all__ = ["LOCK_SUFFIX", "MAX_IN_FLIGHT", "WriterProcess", "decode_ops", "encode_ops",
@@ -171,14 +171,7 @@ class _Frame:
         self.done.set()
         for callback, (ok, value) in zip(self.callbacks, outcomes, strict=True):
             if callback is not None:
-                schedule(_call_back, callback, ok, value)
-
-
-def _call_back(callback: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
-    try:
-        callback(ok, value)
-    except Exception:  # noqa: BLE001 - a broken callback must not stop the others
-        log.exception("a database write's completion callback failed")
+                schedule(call_back, callback, ok, value)
 
 
 def _above_stdio(fd: int, close: Callable[[int], None]) -> int:
