@@ -284,6 +284,8 @@ class WriterProcess:
 
     def _send_loop(self) -> None:
         """The only writer of the request pipe: sends pending frames, in order."""
+        from gevent.os import nb_write
+
         while True:
             self._wake.wait()
             self._wake.clear()
@@ -294,15 +296,8 @@ class WriterProcess:
                 self._inflight.append(frame)
                 try:
                     view = memoryview(_frame(frame.blobs))
-                    while view:
-                        try:
-                            view = view[os.write(self._req_w, view):]
-                        except BlockingIOError:  # the pipe is full: wait for room
-                            room = self._hub.loop.io(self._req_w, 2)
-                            try:
-                                self._hub.wait(room)
-                            finally:
-                                room.close()
+                    while view:  # a full pipe: nb_write waits for room
+                        view = view[nb_write(self._req_w, view):]
                 except BaseException as exc:  # a torn frame: the child can never resync
                     self._fail(f"the database writer process is unusable: a write to its "
                                f"pipe failed ({exc!r})")
