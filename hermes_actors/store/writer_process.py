@@ -207,7 +207,6 @@ class WriterProcess:
         self._close_fd = get_original("os", "close")
         self._pending: deque[_Frame] = deque()  # not sent yet
         self._inflight: deque[_Frame] = deque()  # sent (or being sent); answers in order
-        self._unanswered = 0  # op lists submitted and not answered
         self._error: str | None = None
         self._closing = False
         self._reaped = False
@@ -276,7 +275,6 @@ class WriterProcess:
         frame = self._pending[-1]
         frame.blobs.append(blob)
         frame.callbacks.append(callback)
-        self._unanswered += 1
         self._watcher.ref = True  # an answer is due: keep the loop alive for it
         if len(self._inflight) < MAX_IN_FLIGHT:
             self._wake.set()
@@ -376,7 +374,8 @@ class WriterProcess:
 
     def waiting(self) -> int:
         """Op lists submitted and not answered yet."""
-        return self._unanswered
+        return sum(len(frame.blobs) for frames in (self._pending, self._inflight)
+                   for frame in frames)
 
     # -- answers ----------------------------------------------------------------------------
 
@@ -415,8 +414,7 @@ class WriterProcess:
         self.frames += 1
         self.lists += len(frame.blobs)
         self.largest = max(self.largest, len(frame.blobs))
-        self._unanswered -= len(frame.blobs)
-        self._watcher.ref = self._unanswered > 0
+        self._watcher.ref = bool(self._inflight or self._pending)  # answers still due
         frame.finish(outcomes, self._hub.loop.run_callback)
         if self._pending:
             self._wake.set()
@@ -428,7 +426,6 @@ class WriterProcess:
         frames = list(self._inflight) + list(self._pending)
         self._inflight.clear()
         self._pending.clear()
-        self._unanswered = 0
         self._wake.set()  # the sender sees the error and ends
         for frame in frames:
             frame.finish([(False, StoreUnavailableError(reason))] * len(frame.blobs),
