@@ -28,7 +28,7 @@ from hermes_actors.model.keys import (
 )
 from hermes_actors.model.platform import Platform, platform_title
 from hermes_actors.model.redact import redact_chat_id, redact_user_id, should_redact
-from hermes_actors.model.source import SessionSource
+from hermes_actors.model.source import SessionSource, origin_of
 
 __all__ = [
     "MAX_LABEL_CHARS",
@@ -217,9 +217,7 @@ def build_session_context_prompt(context: SessionContext, *, redact_pii: bool = 
     """
     # It depends on nothing else (and the plugin registry: titles, PII flags), so a
     # session's turns share one rendering.
-    source = context.source
-    if source.message_id is not None:
-        source = replace(source, message_id=None)
+    source = origin_of(context.source)
     key = (source, context.shared_multi_user_session, tuple(context.connected_platforms),
            tuple(context.home_channels.items()), redact_pii, Platform.registry_version())
     try:

@@ -61,10 +61,6 @@ def parse_command(text: str) -> Command | None:
     return Command(name, rest.strip())
 
 
-def _new_event_id() -> str:
-    return new_id()
-
-
 @dataclass(frozen=True)
 class MessageEvent:
     """One inbound message. ``internal`` marks synthetic wake-ups (delegations, resume)."""
@@ -74,7 +70,7 @@ class MessageEvent:
     message_type: MessageType = MessageType.TEXT
     media_urls: tuple[str, ...] = ()
     internal: bool = False
-    event_id: str = field(default_factory=_new_event_id)
+    event_id: str = field(default_factory=new_id)
     received_at: datetime = field(default_factory=utc_now)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -123,7 +119,7 @@ class MessageEvent:
             message_type=MessageType(data.get("message_type", "text")),
             media_urls=tuple(data.get("media_urls") or ()),
             internal=bool(data.get("internal", False)),
-            event_id=data.get("event_id") or _new_event_id(),
+            event_id=data.get("event_id") or new_id(),
             received_at=parse_timestamp(data.get("received_at")) or utc_now(),
             metadata=dict(data.get("metadata") or {}),
         )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from hermes_actors.model.platform import normalize_platform
 
-__all__ = ["CHAT_TYPES", "SessionSource"]
+__all__ = ["CHAT_TYPES", "SessionSource", "origin_of"]
 
 #: The chat types the key builder and the prompt know by name.
 CHAT_TYPES = ("dm", "group", "channel", "thread")
@@ -106,3 +106,9 @@ class SessionSource:
 _FIELD_NAMES = tuple(f.name for f in fields(SessionSource))
 _FIELD_SET = frozenset(_FIELD_NAMES)
 _TEXT_FIELDS = tuple(n for n in _FIELD_NAMES if n not in ("platform", "is_bot"))
+
+
+def origin_of(source: SessionSource) -> SessionSource:
+    """The delivery origin recorded for a source: ``message_id`` names one message, not a
+    place, so it is dropped (entries then change only when the place does)."""
+    return replace(source, message_id=None) if source.message_id is not None else source

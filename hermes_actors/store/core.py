@@ -246,8 +246,12 @@ class StoreCore:
         try:
             return backend.apply(ops)
         except StoreUnavailableError as exc:
-            self._switch_to_degraded(exc, backend)
-            return self._backend.apply(ops)
+            return self._fail_over(exc, backend, ops)
+
+    def _fail_over(self, exc: StoreUnavailableError, backend: Any, ops: list[Any]) -> list[Any]:
+        """Switch away from the failed ``backend`` and apply ``ops`` in degraded mode."""
+        self._switch_to_degraded(exc, backend)
+        return self._backend.apply(ops)
 
     def _apply_later(self, ops: list[Any], on_done: Callable[[], None]) -> None:
         """Apply ``ops`` without waiting (routing is never among them); ``on_done()`` once
@@ -272,8 +276,7 @@ class StoreCore:
 
             def fall_back() -> None:  # may block: not in the hub's callback
                 try:
-                    self._switch_to_degraded(value, backend)
-                    self._backend.apply(ops)
+                    self._fail_over(value, backend, ops)
                 except Exception:  # noqa: BLE001 - logged; the caller is gone
                     log.exception("a deferred write failed in degraded mode too")
                 finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_actors.model.entry import validate_session_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.atomic import off_the_hub
 from hermes_actors.store.transcript import public_message
 
@@ -41,7 +42,7 @@ class JsonlTranscripts:
 
     def append(self, session_id: str, records: list[dict[str, Any]]) -> None:
         """Append ``records`` durably (one line each); ``OSError`` when the disk refuses."""
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        data = "".join(to_json(r) + "\n" for r in records).encode()
         with self._lock:  # taken here: a gevent lock belongs to the hub's thread
             off_the_hub(self._write, self.path(session_id), data)  # fsync never stalls gevent
 

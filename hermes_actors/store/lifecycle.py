@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from hermes_actors.model.entry import SessionEntry, new_session_id
-from hermes_actors.model.source import SessionSource
+from hermes_actors.model.source import SessionSource, origin_of
 from hermes_actors.model.timeutil import epoch
 
 __all__ = [
@@ -57,12 +57,6 @@ def access_action(entry: SessionEntry | None, *, force_new: bool, touch_activity
     if entry.resume_pending:
         return "resume"
     return "touch" if touch_activity else "keep"
-
-
-def origin_of(source: SessionSource) -> SessionSource:
-    """The delivery origin recorded for a source: ``message_id`` names one message, not a
-    place, so it is dropped (entries then change only when the place does)."""
-    return replace(source, message_id=None) if source.message_id is not None else source
 
 
 def _source_fields(source: SessionSource | None) -> dict[str, Any]:
