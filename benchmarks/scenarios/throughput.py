@@ -9,11 +9,21 @@ persisted, every inbox row consumed, every obligation delivered; a shortfall fai
 
 Baselines, measured in the same run for the same sessions x messages: the raw ``sqlite3``
 bound and the re-created reference pattern (:mod:`benchmarks.rawsql`).
+
+The run also measures the CPU a turn costs, in the gateway process (its hub runs every
+turn's Python) and in its child processes (the database writer), and from that the two
+CPU bounds on throughput: one core for the gateway process, and all the machine's cores for
+both. A target above the second cannot be met by overlapping work better, only by spending
+less CPU per turn.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
+
+import psutil
 
 from benchmarks.fixtures import dm_source
 from benchmarks.rawsql import raw_turn_bound, reference_turns
@@ -34,7 +44,9 @@ def _runtime(home, sessions: int, messages: int, progress: Progress) -> dict[str
     gw = make_gateway(home, adapters=[adapter], agent_factory=lambda _ctx: EchoAgent())
     sources = [dm_source(n) for n in range(sessions)]
     try:
+        cpu_before = _cpu_seconds()
         elapsed, notices = closed_loop(gw, adapter, sources, messages, progress=progress)
+        own, children = (after - before for after, before in zip(_cpu_seconds(), cpu_before))
         if not gw.wait_idle(60):
             raise RuntimeError("the gateway did not become idle after the last reply")
         counts = gw.store.db.counts()
@@ -52,7 +64,37 @@ def _runtime(home, sessions: int, messages: int, progress: Progress) -> dict[str
     return {"turns": turns, "seconds": elapsed, "turns_per_s": turns / elapsed,
             "notices": notices, "transactions": writer.group_calls,
             "lists_per_transaction": writer.grouped / max(1, writer.group_calls),
-            "calls_per_handoff": writer.calls / max(1, writer.batches)}
+            "calls_per_handoff": writer.calls / max(1, writer.batches),
+            "cpu_us_per_turn": {"gateway": own / turns * 1e6, "children": children / turns * 1e6}}
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process and by its live children."""
+    children = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        children += times.user + times.system
+    return time.process_time(), children
+
+
+def _cpu_figures(size: str, rt: dict[str, Any]) -> list[dict[str, Any]]:
+    """CPU per turn and the throughput it allows (information, no targets)."""
+    cpu = rt["cpu_us_per_turn"]
+    cores = len(os.sched_getaffinity(0))
+    total = cpu["gateway"] + cpu["children"]
+    return [
+        figure(f"{size}_cpu_gateway", "  CPU per turn: gateway process", cpu["gateway"],
+               "µs"),
+        figure(f"{size}_cpu_children", "  CPU per turn: its writer process", cpu["children"],
+               "µs"),
+        figure(f"{size}_bound_core", "  CPU bound: one core for the gateway process",
+               1e6 / max(cpu["gateway"], 1e-9), "turns/s"),
+        figure(f"{size}_bound_cores", f"  CPU bound: {cores} cores for both",
+               cores * 1e6 / max(total, 1e-9), "turns/s"),
+    ]
 
 
 def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, Any]:
@@ -88,6 +130,7 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
                                   baseline_label="raw sqlite3 bound"))
             figures.append(figure("small_vs_reference", "  vs the reference pattern", value,
                                   "turns/s", baseline=ref, baseline_label="reference"))
+        figures += _cpu_figures(size, rt)
     return {"figures": figures, "details": details}
 
 

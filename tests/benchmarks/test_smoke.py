@@ -66,3 +66,16 @@ class TestQuickRun:
         assert data["machine"]["cores"] and data["machine"]["sqlite"]
         for s in SCENARIOS:
             assert f"{s.name}: {s.summary}" in stdout
+
+    def test_throughput_reports_cpu_per_turn(self, report):
+        """The CPU a turn costs, per process, and the bounds derived from it are reported: the
+        writer's share is measured in its own process (gevent mode)."""
+        data, _ = report
+        figs = {f["key"]: f for f in data["scenarios"]["throughput"]["figures"]}
+        for size in ("small", "large"):
+            gateway = figs[f"{size}_cpu_gateway"]["value"]
+            writer = figs[f"{size}_cpu_children"]["value"]
+            assert gateway > 0 and writer > 0, size
+            assert figs[f"{size}_bound_core"]["value"] == pytest.approx(1e6 / gateway)
+            cores = figs[f"{size}_bound_cores"]["value"] * (gateway + writer) / 1e6
+            assert cores == pytest.approx(round(cores)) and round(cores) >= 1, size
