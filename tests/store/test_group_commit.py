@@ -18,6 +18,8 @@ from hermes_actors.store import executor as executor_module
 from hermes_actors.store.executor import DbExecutor
 from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
 
+from .conftest import dm
+
 T0 = 1_700_000_000.0
 
 
@@ -281,3 +283,29 @@ class TestGevent:
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "ok"
+
+
+class TestKeyLocks:
+    """A turn holds its session key's lock while its routing write commits; the turns of
+    other sessions must not queue behind it, or the group commit loses its groups."""
+
+    def test_turn_starts_of_100_sessions_wait_in_one_open_batch(self, make_store):
+        store = make_store()
+        entries = [store.get_or_create_session(dm(str(n))) for n in range(100)]
+        ex = store.db._executor
+        blocked = _Blocked(ex)
+        threads = [
+            threading.Thread(target=store.begin_turn, args=(e.session_key, e.session_id),
+                             kwargs={"user_message": {"role": "user", "content": "hi"}})
+            for e in entries
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            # every one of them, at once: none waits for another session's commit
+            _wait_for(lambda: ex.statistics().waiting == 100)
+        finally:
+            blocked.release()
+            for thread in threads:
+                thread.join(10)
+        assert all(store.get(e.session_key).has_active_turn for e in entries)
