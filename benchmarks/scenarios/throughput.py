@@ -46,7 +46,7 @@ def _runtime(home, sessions: int, messages: int, progress: Progress) -> dict[str
     try:
         cpu_before = _cpu_seconds()
         elapsed, notices = closed_loop(gw, adapter, sources, messages, progress=progress)
-        own, children = (after - before for after, before in zip(_cpu_seconds(), cpu_before))
+        own, children = (after - before for after, before in zip(_cpu_seconds(), cpu_before, strict=True))
         if not gw.wait_idle(60):
             raise RuntimeError("the gateway did not become idle after the last reply")
         counts = gw.store.db.counts()

@@ -84,16 +84,21 @@ class Delivery:
 
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
                token: str, *, clear_turn: bool = False, claim: bool = True,
-               consume: tuple[str, ...] = (), reason: str | None = None) -> Owed:
+               consume: tuple[str, ...] = (), reason: str | None = None,
+               reply: tuple[str, dict] | None = None) -> Owed:
         """Record the obligation; when an adapter can take it now, also claim it for this
         process in the same transaction (one commit less per reply; a crash before the send
         then redelivers it once, prefixed, which is the rule for an ``attempting`` row).
 
         ``clear_turn`` clears the session's turn marker (if it still holds ``token``) in the
         same transaction; ``claim=False`` only records (recovery leaves rows to the sweep);
-        ``consume`` marks those inbox events consumed (``reason``) in that transaction too.
+        ``consume`` marks those inbox events consumed (``reason``) in that transaction too;
+        ``reply=(session_id, message)`` appends the turn's final reply first (in the same
+        transaction when the ledger is on).
         """
         if not self._ledger:
+            if reply is not None:
+                self._store.append_message(reply[0], reply[1], turn_token=token, is_reply=True)
             if clear_turn:
                 self._store.clear_turn_active(session_key, token)
             if consume:
@@ -112,6 +117,7 @@ class Delivery:
             claim_for=(self.owner_pid, self.owner_started_at) if claim else None,
             consume=tuple(consume),
             consume_reason=reason or "command",
+            reply=reply,
         )
         if oid is None:  # the claim was refused: someone else owns or finished it
             return Owed(None, claimed=False)

@@ -2,8 +2,8 @@
 
 The order of durable steps is the recovery contract: mark the turn and persist the user
 message (one transaction, which also consumes the inbox rows) → run the agent → persist the
-reply → record the delivery obligation and clear the marker (one transaction) → send → mark
-delivered. A crash
+reply, record the delivery obligation and clear the marker (one transaction; with the ledger
+off the reply is persisted first, then the marker cleared) → send → mark delivered. A crash
 between any two steps leaves a state recovery can judge from the marker, the transcript and
 the ledger alone.
 """
@@ -150,13 +150,18 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         event.source, config, entry,
         connected_platforms=["local", *services.delivery.connected_platforms()],
     )
+    # Asked before the turn is marked, answered while that commits: one wait for both.
+    checkout = services.cache.checkout(key, session_id)
     try:
         token = store.begin_turn(
             key, session_id,
             user_message={"role": "user", "content": message},
             event_ids=turn.item.event_ids, internal=internal, touch_activity=not internal,
         )
-    except SessionRotatedError:
+    except BaseException as exc:
+        _return_unused(services, key, session_id, checkout)
+        if not isinstance(exc, SessionRotatedError):
+            raise
         # /new or /reset won the race: the turn it interrupted never starts.
         store.consume_events(list(turn.item.event_ids), "dropped")
         return TurnOutcome("skipped", session_id)
@@ -169,7 +174,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     result = TurnResult(None, "failed")
     try:
         try:
-            agent = services.cache.checkout(key, session_id).get()
+            agent = checkout.get()
             if agent is None:
                 agent = services.agent_factory(context)
             turn.attach(agent)
@@ -206,16 +211,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     finally:
         if agent is not None:
             # An agent whose turn was not fully persisted is never released by the cache.
-            # Sent without waiting (the session's next checkout queues behind it in the
-            # cache's mailbox); counted until done, so wait_idle() covers its evictions.
-            tracker = services.tracker
-            tracker.add()
-            try:
-                services.cache.checkin.defer(key, session_id, agent, persisted=persisted,
-                                             on_done=tracker.done)
-            except pykka.ActorDeadError:
-                tracker.done()
-                raise
+            _check_in(services, key, session_id, agent, persisted=persisted)
     grown = len(message.encode()) + len((result.reply or "").encode())
     if should_check_pressure(grown):
         services.cache.check_pressure()
@@ -228,29 +224,62 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     return TurnOutcome(result.status, session_id)
 
 
+def _check_in(services: Services, key: str, session_id: str, agent: Any, *,
+              persisted: bool) -> None:
+    """Give the agent back to the cache. Sent without waiting (the session's next checkout
+    queues behind it in the cache's mailbox); counted until done, so ``wait_idle()`` covers
+    its evictions."""
+    tracker = services.tracker
+    tracker.add()
+    try:
+        services.cache.checkin.defer(key, session_id, agent, persisted=persisted,
+                                     on_done=tracker.done)
+    except pykka.ActorDeadError:
+        tracker.done()
+        raise
+
+
+def _return_unused(services: Services, key: str, session_id: str, checkout: Any) -> None:
+    """Check the agent of a turn that never began back in (it was never used)."""
+    try:
+        agent = checkout.get()
+        if agent is not None:
+            _check_in(services, key, session_id, agent, persisted=True)
+    except Exception:  # noqa: BLE001 - the caller reports why the turn did not begin
+        log.exception("could not return an unused agent session_key=%s", key)
+
+
 def _settle(services: Services, key: str, session_id: str, token: str, event: MessageEvent,
             result: TurnResult, error: BaseException | None) -> None:
     """Persist the reply, record what is owed, clear the marker, send."""
     store, delivery = services.store, services.delivery
     reply = result.reply if isinstance(result.reply, str) else None
     owed: tuple[str, str] | None = None
+    persist: dict | None = None
     if error is not None or result.status == "failed":
         name = type(error).__name__ if error is not None else "AgentFailed"
         owed = (FAILED_NOTICE.format(name), "notice")
     elif reply and reply.strip():
-        store.append_message(
-            session_id, {"role": "assistant", "content": reply}, turn_token=token, is_reply=True
-        )
-        crashpoint("after_reply_persisted")
+        persist = {"role": "assistant", "content": reply}
         if not is_silence_marker(reply):
             owed = (reply, "reply")
         elif not event.internal:
             owed = (SILENCE_NOTICE, "notice")
+    # With the ledger on, the reply rides in the transaction that records what is owed for it
+    # and clears the marker; otherwise it is persisted first (recovery adopts a persisted
+    # reply whose marker is still set, §7).
+    merged = persist is not None and owed is not None and delivery.ledger_enabled
+    if persist is not None and not merged:
+        store.append_message(session_id, persist, turn_token=token, is_reply=True)
+        crashpoint("after_reply_persisted")
     row = None
     if owed is not None:
         # Recording what is owed and clearing the marker are one transaction: recovery never
         # finds a marker whose answer already sits in the ledger (no resume on top of it).
-        row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True)
+        row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True,
+                              reply=(session_id, persist) if merged else None)
+        if merged:
+            crashpoint("after_reply_persisted")
         crashpoint("after_ledger_recorded")
     else:
         store.clear_turn_active(key, token)

@@ -1,9 +1,10 @@
 """The store methods the actor runtime calls around a turn: inbox, turn start, reply, ledger.
 
 Each method is one backend transaction, and each works in degraded mode too (the inbox and
-ledger are then in memory, see :mod:`~hermes_actors.store.degraded`). Recording a reply and
-clearing the turn marker are deliberately separate calls: the crash points of §15 sit
-between them, and recovery is built to handle every gap.
+ledger are then in memory, see :mod:`~hermes_actors.store.degraded`). A turn's reply, its
+obligation and the clearing of its marker can be one transaction (``ledger_record(reply=...)``);
+recovery still handles a reply persisted without its obligation (the ledger off, or a
+database written by another tool), see :mod:`~hermes_actors.runtime.recovery_rules`.
 
 This is a mixin of :class:`~hermes_actors.store.store.SessionStore`; it relies on the store's
 ``_apply``, ``_commit``, ``_key_lock``, ``_backend``, ``_entries`` and clock helpers.
@@ -215,6 +216,7 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         claim_for: tuple[int, float] | None = None,
         consume: tuple[str, ...] = (),
         consume_reason: str = "command",
+        reply: tuple[str, dict[str, Any]] | None = None,
     ) -> str | None:
         """Record an obligation as ``pending``; returns its id (same inputs → same id, one row).
 
@@ -226,14 +228,23 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         claim is refused (the row exists and is final or owned by another live process).
         ``consume`` marks those inbox events consumed (``consume_reason``) in the same
         transaction (a command's answer and its consumption are one durable step).
+        ``reply=(session_id, message)`` appends the turn's final reply (tagged with ``token``,
+        ``is_reply``) to the transcript in that transaction too: the reply and what is owed
+        for it become durable together (one commit less per turn).
         """
         if kind not in ledger.KINDS:
             raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
         if not isinstance(content, str):
             raise ValueError("ledger content must be a string")
         oid = ledger.obligation_id(session_key, token, content)
-        ops: list[Any] = [self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
-                                                 content, kind)]
+        ops: list[Any] = []
+        if reply is not None:
+            msg = normalize_message(reply[1], self._ts())
+            ops.append(AppendMessage(validate_session_id(reply[0]), msg, turn_token=token,
+                                     is_reply=True))
+        claim_at = len(ops) + 1
+        ops.append(self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
+                                          content, kind))
         if claim_for is not None:
             ops.append(LedgerClaim(oid, int(claim_for[0]), float(claim_for[1]), self._ts()))
         if consume:
@@ -247,7 +258,7 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                 results = self._commit(ops, put=put)
         else:
             results = self._apply(ops)
-        if claim_for is not None and not results[1]:
+        if claim_for is not None and not results[claim_at]:
             return None
         return oid
 

@@ -69,14 +69,14 @@ class TestMemoryBudget:
     def test_unpersisted_agent_never_released(self, make_harness, monkeypatch):
         h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
         store = h.gw.store
-        real_append = store.append_message
+        real_record = store.ledger_record
 
-        def failing(session_id, message, **kw):
-            if message.get("role") == "assistant":
+        def failing(**kw):  # the reply is persisted in the ledger's transaction
+            if kw.get("reply") is not None:
                 raise OSError("disk went away")
-            return real_append(session_id, message, **kw)
+            return real_record(**kw)
 
-        monkeypatch.setattr(store, "append_message", failing)
+        monkeypatch.setattr(store, "ledger_record", failing)
         send(h, "1", "x")
         h.idle()
         h.probe.anon_mb = 500

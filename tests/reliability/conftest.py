@@ -147,9 +147,9 @@ def spawn(tmp_path):
             child.proc.wait(timeout=30)
 
 
-def crash_at(spawn, point: str, text: str = "hello") -> Child:
+def crash_at(spawn, point: str, text: str = "hello", config: dict | None = None) -> Child:
     """A child armed at ``point`` that is sent ``text`` and has died there (exit 137)."""
-    child = spawn(env={"HERMES_ACTORS_CRASHPOINT": point})
+    child = spawn(config, env={"HERMES_ACTORS_CRASHPOINT": point})
     child.submit_nowait(text)
     assert child.wait_exit() == 137, child.seen
     return child

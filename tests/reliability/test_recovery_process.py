@@ -50,12 +50,28 @@ class TestCrashPoints:
     """Replies persisted or sent before the crash are delivered once, never re-run."""
 
     def test_after_reply_persisted(self, spawn):
+        # With the ledger on, the reply, its obligation (claimed) and the marker's clearing
+        # are one transaction: the crash leaves an uncertain attempt, not a marked turn.
         first = crash_at(spawn, "after_reply_persisted", "hello")
         home = first.home
         assert outbox(home) == []
         second = spawn()
-        assert second.report["recovered_replies"] == 1
+        assert second.report["recovered_replies"] == 0
+        assert second.report["interrupted"] == []
         assert second.report["redelivered"] == 1
+        second.idle()
+        assert second.turns() == []
+        assert outbox(home) == [RECOVERED_PREFIX + "echo: hello"]
+
+    def test_after_reply_persisted_without_ledger(self, spawn):
+        # Without the ledger the reply is persisted before the marker is cleared: recovery
+        # finds the marked turn's reply in the transcript and sends it, not re-running it.
+        config = {"delivery_ledger": False}
+        first = crash_at(spawn, "after_reply_persisted", "hello", config)
+        home = first.home
+        assert outbox(home) == []
+        second = spawn(config)
+        assert second.report["recovered_replies"] == 1
         second.idle()
         assert second.turns() == []
         assert outbox(home) == [RECOVERED_PREFIX + "echo: hello"]

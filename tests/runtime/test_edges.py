@@ -17,9 +17,11 @@ from hermes_actors import (
     TurnResult,
     load_config,
 )
+from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import supervisor as supervisor_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
+from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.runtime_api import SessionRotatedError
 from hermes_actors.store.store import SessionStore
 from hermes_actors.testing import FakeClock, Gates, ScriptedAgent
@@ -245,6 +247,32 @@ class TestSessionRotated:
         with pytest.raises(SessionRotatedError):
             store.begin_turn(KEY, old, user_message={"role": "user", "content": "x"})
         store.close()
+
+
+class TestTurnThatNeverBegan:
+    """The agent checked out for a turn whose start failed goes back to the cache."""
+
+    def test_the_cached_agent_serves_the_next_turn(self, tmp_path):
+        made = []
+        gw, adapter = gateway(tmp_path, factory=lambda ctx: made.append(ScriptedAgent())
+                              or made[-1])
+        submit(gw, "one")
+        assert gw.wait_idle(10)
+        real_begin = gw.store.begin_turn
+
+        def failing_once(*args, **kwargs):
+            gw.store.begin_turn = real_begin
+            raise StoreError("the database is gone for a moment")
+
+        gw.store.begin_turn = failing_once
+        submit(gw, "two")
+        assert gw.wait_idle(10)
+        submit(gw, "three")
+        assert gw.wait_idle(10)
+        assert adapter.texts() == ["echo: one", FAILED_NOTICE.format("StoreError"),
+                                   "echo: three"]
+        assert len(made) == 1, "the agent was kept checked out: the next turn built another"
+        gw.stop()
 
 
 class _ExitOnClose(ScriptedAgent):

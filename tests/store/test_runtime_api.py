@@ -136,6 +136,28 @@ class TestTurnReply:
         assert store.turn_reply(entry.session_id, "other") is None
 
 
+    def test_reply_recorded_with_its_obligation(self, store):
+        """``ledger_record(reply=...)``: the reply, its obligation and the marker's clearing
+        are one transaction; a malformed reply writes none of them."""
+        entry = store.get_or_create_session(dm())
+        key, sid = entry.session_key, entry.session_id
+        token = store.begin_turn(key, sid, user_message={"role": "user", "content": "q"})
+
+        def record(message):
+            return store.ledger_record(session_key=key, platform="telegram", chat_id="42",
+                                       thread_id=None, content="answer", kind="reply",
+                                       token=token, clear_turn=True, reply=(sid, message))
+
+        with pytest.raises(ValueError):
+            record({"role": None, "content": "answer"})
+        assert store.turn_reply(sid, token) is None
+        assert store.ledger_rows() == [] and store.get(key).has_active_turn
+        oid = record({"role": "assistant", "content": "answer"})
+        assert store.turn_reply(sid, token)["content"] == "answer"
+        assert [r["obligation_id"] for r in store.ledger_rows()] == [oid]
+        assert not store.get(key).has_active_turn
+
+
 def _record(store, content: str = "reply text", token: str = "t1", kind: str = "reply") -> str:
     return store.ledger_record(session_key="agent:main:telegram:dm:42", platform="telegram",
                                chat_id="42", thread_id=None, content=content, kind=kind,
