@@ -157,11 +157,14 @@ class AgentCacheActor(LightActor):
         return slot.agent
 
     def checkin(self, session_key: str, session_id: str, agent: Any, *,
-                persisted: bool = True, on_done: Callable[[], None] | None = None) -> None:
+                persisted: bool | None = True,
+                on_done: Callable[[], None] | None = None) -> None:
         """Return (or first insert) an agent after a turn; enforces the LRU cap.
 
         ``persisted=False`` says the turn's transcript is not fully in the store yet: the
-        agent is then never evicted until a later checkin says it is. An agent discarded
+        agent is then never evicted until a later checkin says it is. ``persisted=None``
+        returns an agent lent to a turn that never began: only the loan ends (its flag, its
+        last use and its place in the order stay as they were). An agent discarded
         while it was out is closed now (if ``close_all`` has not already) and not cached.
         ``on_done()`` is called at the end, evictions included (a turn sends its checkin
         without waiting and counts it as outstanding work until then).
@@ -173,13 +176,18 @@ class AgentCacheActor(LightActor):
                 on_done()
 
     def _checkin(self, session_key: str, session_id: str, agent: Any,
-                 persisted: bool) -> None:
+                 persisted: bool | None) -> None:
         retired = self._retired.pop(id(agent), None)
         if retired is not None and retired.agent is agent:
             if not retired.closed:
                 self._close(session_key, agent)
             return
         slot = self._slots.get(session_key)
+        if persisted is None:  # unused: the turn never began
+            if slot is not None and slot.agent is agent:
+                slot.in_use = False
+                return
+            persisted = True
         if slot is not None and slot.agent is not agent:
             del self._slots[session_key]
             self._retire(session_key, slot)

@@ -93,12 +93,12 @@ class Delivery:
         ``clear_turn`` clears the session's turn marker (if it still holds ``token``) in the
         same transaction; ``claim=False`` only records (recovery leaves rows to the sweep);
         ``consume`` marks those inbox events consumed (``reason``) in that transaction too;
-        ``reply=(session_id, message)`` appends the turn's final reply first (in the same
-        transaction when the ledger is on).
+        ``reply=(session_id, message)`` persists the turn's final reply in it as well (the
+        ledger must be on: without it a turn persists its reply itself, first).
         """
         if not self._ledger:
             if reply is not None:
-                self._store.append_message(reply[0], reply[1], turn_token=token, is_reply=True)
+                raise ValueError("a reply is recorded with its obligation only in the ledger")
             if clear_turn:
                 self._store.clear_turn_active(session_key, token)
             if consume:

@@ -151,7 +151,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         connected_platforms=["local", *services.delivery.connected_platforms()],
     )
     # Asked before the turn is marked, answered while that commits: one wait for both.
-    checkout = services.cache.checkout(key, session_id)
+    checkout = _request_agent(services, key, session_id)
     try:
         token = store.begin_turn(
             key, session_id,
@@ -224,8 +224,19 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     return TurnOutcome(result.status, session_id)
 
 
+def _request_agent(services: Services, key: str, session_id: str) -> pykka.Future:
+    """Ask the cache for the session's agent; a refused request (the cache has stopped)
+    becomes a future that raises, so it fails the turn where an agent failure does."""
+    try:
+        return services.cache.checkout(key, session_id)
+    except Exception:  # noqa: BLE001 - re-raised by the future's get()
+        failed = pykka.ThreadingFuture()
+        failed.set_exception()
+        return failed
+
+
 def _check_in(services: Services, key: str, session_id: str, agent: Any, *,
-              persisted: bool) -> None:
+              persisted: bool | None) -> None:
     """Give the agent back to the cache. Sent without waiting (the session's next checkout
     queues behind it in the cache's mailbox); counted until done, so ``wait_idle()`` covers
     its evictions."""
@@ -244,7 +255,7 @@ def _return_unused(services: Services, key: str, session_id: str, checkout: Any)
     try:
         agent = checkout.get()
         if agent is not None:
-            _check_in(services, key, session_id, agent, persisted=True)
+            _check_in(services, key, session_id, agent, persisted=None)
     except Exception:  # noqa: BLE001 - the caller reports why the turn did not begin
         log.exception("could not return an unused agent session_key=%s", key)
 

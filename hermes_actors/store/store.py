@@ -171,11 +171,18 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
             return True  # the common case after every turn: nothing to change, no lock
         return self._change(key, lambda e: replace(e, resume_pending=False, resume_reason=None))
 
+    def _resume_flagged(self, key: str) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and (entry.resume_pending or entry.resume_reason is not None)
+
     def clear_resume_pending_many(self, keys: Iterable[str]) -> int:
         """:meth:`clear_resume_pending` for several keys in one commit; how many changed."""
+        flagged = [key for key in dict.fromkeys(keys) if self._resume_flagged(key)]
+        if not flagged:
+            return 0  # the common sweep: nothing to change, no pass over every lock
         with self._all_keys():
             changed = []
-            for key in dict.fromkeys(keys):
+            for key in flagged:
                 entry = self._entries.get(key)
                 if entry is not None and (entry.resume_pending or entry.resume_reason):
                     changed.append(replace(entry, resume_pending=False, resume_reason=None))

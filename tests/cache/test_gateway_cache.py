@@ -84,6 +84,35 @@ class TestMemoryBudget:
         assert h.agents[0].released == 0
 
 
+    def test_a_turn_that_never_began_keeps_the_agent_unreleasable(self, make_harness,
+                                                                  monkeypatch):
+        """The agent lent to a turn whose start failed goes back as it was: still holding a
+        transcript that is not fully persisted, so still never released."""
+        h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
+        store = h.gw.store
+        real_record, real_begin = store.ledger_record, store.begin_turn
+
+        def failing_record(**kw):
+            if kw.get("reply") is not None:
+                raise OSError("disk went away")
+            return real_record(**kw)
+
+        def failing_begin(*args, **kw):
+            raise OSError("disk went away")
+
+        monkeypatch.setattr(store, "ledger_record", failing_record)
+        send(h, "1", "x")
+        h.idle()
+        monkeypatch.setattr(store, "ledger_record", real_record)
+        monkeypatch.setattr(store, "begin_turn", failing_begin)
+        send(h, "1", "y")
+        h.idle()
+        monkeypatch.setattr(store, "begin_turn", real_begin)
+        h.probe.anon_mb = 500
+        h.gw.housekeeping_tick()
+        assert len(h.agents) == 1 and h.agents[0].released == 0
+
+
 class TestBoundaries:
     """/new and shutdown close agents; evictions only release them."""
 

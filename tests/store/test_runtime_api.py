@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 
 import psutil
@@ -13,6 +14,7 @@ from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
+from hermes_actors.store.ops import LedgerRecord
 
 from .conftest import T0, dm
 
@@ -151,6 +153,20 @@ class TestTurnReply:
         with pytest.raises(ValueError):
             record({"role": None, "content": "answer"})
         assert store.turn_reply(sid, token) is None
+        assert store.ledger_rows() == [] and store.get(key).has_active_turn
+        handlers = store.db._ops._handlers  # the obligation fails after the reply's insert
+
+        def broken(op):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        real, handlers[LedgerRecord] = handlers[LedgerRecord], broken
+        try:
+            with pytest.raises(Exception):  # noqa: B017 - whatever the store makes of it
+                record({"role": "assistant", "content": "answer"})
+        finally:
+            handlers[LedgerRecord] = real
+        assert not store.degraded
+        assert store.turn_reply(sid, token) is None, "the reply outlived its failed obligation"
         assert store.ledger_rows() == [] and store.get(key).has_active_turn
         oid = record({"role": "assistant", "content": "answer"})
         assert store.turn_reply(sid, token)["content"] == "answer"
