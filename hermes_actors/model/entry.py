@@ -142,16 +142,16 @@ class SessionEntry:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in field order; datetimes as ISO 8601 with offset."""
-        out: dict[str, Any] = {}
-        for name in _FIELD_NAMES:
-            value = getattr(self, name)
-            if name in _TIME_FIELDS:
-                value = isoformat(value)
-            elif name == "origin":
-                value = value.to_dict() if value is not None else None
-            elif name == "metadata":
-                value = dict(value)
-            out[name] = value
+        # The instance dict holds exactly the fields, in field order (``__init__`` sets them
+        # in order, ``evolve`` copies it): copied whole, then the few non-JSON values are
+        # converted (half the time of a getattr per field; every routing write runs this).
+        out = dict(self.__dict__)
+        for name in _TIME_FIELDS:
+            if out[name] is not None:
+                out[name] = isoformat(out[name])
+        if out["origin"] is not None:
+            out["origin"] = out["origin"].to_dict()
+        out["metadata"] = dict(out["metadata"])
         return out
 
     @classmethod

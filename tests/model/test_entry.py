@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -99,6 +99,15 @@ class TestEntryRoundTrip:
     def test_minimal_entry_round_trips(self):
         entry = SessionEntry(session_key=KEY, session_id=SID)
         assert SessionEntry.from_dict(entry.to_dict()) == entry
+
+    def test_keys_are_the_fields_in_order_however_the_entry_was_made(self):
+        names = [f.name for f in fields(SessionEntry)]
+        made = [full_entry(), SessionEntry(session_key=KEY, session_id=SID),
+                SessionEntry.from_dict(full_entry().to_dict()),
+                replace(full_entry(), suspended=True),
+                full_entry().evolve(active_turn_token="t", updated_at=None)]
+        for entry in made:
+            assert list(entry.to_dict()) == names
 
 
 class TestTolerantLoading:
