@@ -164,8 +164,9 @@ class AgentCacheActor(LightActor):
         ``persisted=False`` says the turn's transcript is not fully in the store yet: the
         agent is then never evicted until a later checkin says it is. ``persisted=None``
         returns an agent lent to a turn that never began: only the loan ends (its flag, its
-        last use and its place in the order stay as they were). An agent discarded
-        while it was out is closed now (if ``close_all`` has not already) and not cached.
+        last use and its place in the order stay as the checkout left them). An agent
+        discarded while it was out is closed now (if ``close_all`` has not already) and not
+        cached.
         ``on_done()`` is called at the end, evictions included (a turn sends its checkin
         without waiting and counts it as outstanding work until then).
         """

@@ -158,7 +158,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
             user_message={"role": "user", "content": message},
             event_ids=turn.item.event_ids, internal=internal, touch_activity=not internal,
         )
-    except BaseException as exc:
+    except Exception as exc:
         _return_unused(services, key, session_id, checkout)
         if not isinstance(exc, SessionRotatedError):
             raise
