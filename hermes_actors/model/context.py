@@ -124,6 +124,8 @@ def _is_control(char: str) -> bool:
 
 
 def _strip_controls(value: str) -> str:
+    if value.isascii() and value.isprintable():  # the common case: no control to remove
+        return value
     return "".join(char for char in value if not _is_control(char))
 
 

@@ -345,6 +345,15 @@ class TestHostileLabels:
         prompt = prompt_for(SessionSource("telegram", chat_id="1", user_name=name))
         assert line_value(prompt, "**User:**") == "Alice"
 
+    def test_every_ascii_control_is_removed_and_every_other_ascii_character_kept(self):
+        # The all-ASCII fast path must agree with the character-by-character rule.
+        controls = "".join(chr(i) for i in (*range(0x20), 0x7F))
+        printable = "".join(chr(i) for i in range(0x20, 0x7F))
+        assert json.loads(quote_label(controls + printable)) == printable
+        assert json.loads(quote_label(printable)) == printable
+        for char in controls:
+            assert json.loads(quote_label(f"a{char}b")) == "ab"
+
     def test_printable_unicode_and_quotes_survive(self):
         name = 'Zoë "the boss" \\ 山田 👨\u200d👩\u200d👧'
         prompt = prompt_for(SessionSource("telegram", chat_id="1", user_name=name))
