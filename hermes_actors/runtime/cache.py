@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from hermes_actors.config import AgentCacheConfig
 
 __all__ = ["EVICTION_REASONS", "PRESSURE_CHECK_GROWTH_BYTES", "AgentCacheActor",
-           "CacheStatistics"]
+           "CacheStatistics", "Checkin", "Checkout"]
 
 log = logging.getLogger("hermes_actors.cache")
 
@@ -99,6 +99,24 @@ class CacheStatistics(NamedTuple):
     retired: int
 
 
+class Checkout(NamedTuple):
+    """Ask message for :meth:`AgentCacheActor.checkout`: every turn sends one, and a plain
+    message costs a third of a proxy call."""
+
+    session_key: str
+    session_id: str
+
+
+class Checkin(NamedTuple):
+    """Tell message for :meth:`AgentCacheActor.checkin` (see :class:`Checkout`)."""
+
+    session_key: str
+    session_id: str
+    agent: Any
+    persisted: bool | None = True
+    on_done: Callable[[], None] | None = None
+
+
 class AgentCacheActor(LightActor):
     """Owns the cached agents; see the module docstring.
 
@@ -132,6 +150,15 @@ class AgentCacheActor(LightActor):
         self._warned = False
         self._probe_failed = False
         self._budget = self._resolve_budget()
+
+    def on_receive(self, message: Any) -> Any:
+        """The turn path's plain messages: :class:`Checkout` and :class:`Checkin`."""
+        if type(message) is Checkin:
+            return self.checkin(message.session_key, message.session_id, message.agent,
+                                persisted=message.persisted, on_done=message.on_done)
+        if type(message) is Checkout:
+            return self.checkout(message.session_key, message.session_id)
+        return super().on_receive(message)
 
     # -- turns ----------------------------------------------------------------------------
 

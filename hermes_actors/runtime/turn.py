@@ -22,6 +22,7 @@ from hermes_actors.model.context import build_session_context, build_session_con
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.keys import is_shared_multi_user_session
 from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
+from hermes_actors.runtime.cache import Checkin, Checkout
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import Delegation, format_completion
 from hermes_actors.runtime.eviction import should_check_pressure
@@ -228,7 +229,7 @@ def _request_agent(services: Services, key: str, session_id: str) -> pykka.Futur
     """Ask the cache for the session's agent; a refused request (the cache has stopped)
     becomes a future that raises, so it fails the turn where an agent failure does."""
     try:
-        return services.cache.checkout(key, session_id)
+        return services.cache.actor_ref.ask(Checkout(key, session_id), block=False)
     except Exception:  # noqa: BLE001 - re-raised by the future's get()
         failed = pykka.ThreadingFuture()
         failed.set_exception()
@@ -243,8 +244,7 @@ def _check_in(services: Services, key: str, session_id: str, agent: Any, *,
     tracker = services.tracker
     tracker.add()
     try:
-        services.cache.checkin.defer(key, session_id, agent, persisted=persisted,
-                                     on_done=tracker.done)
+        services.cache.actor_ref.tell(Checkin(key, session_id, agent, persisted, tracker.done))
     except pykka.ActorDeadError:
         tracker.done()
         raise

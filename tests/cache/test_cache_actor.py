@@ -9,7 +9,7 @@ import pykka
 import pytest
 
 from hermes_actors.config import AgentCacheConfig
-from hermes_actors.runtime.cache import AgentCacheActor, CacheStatistics
+from hermes_actors.runtime.cache import AgentCacheActor, CacheStatistics, Checkin, Checkout
 from hermes_actors.runtime.memory import MB
 from hermes_actors.testing import FakeClock, FakeMemoryProbe
 
@@ -141,6 +141,29 @@ class TestCheckoutCheckin:
         a = c.put("a")
         assert c.checkout("a") is a
         assert c.checkout("a") is None
+
+
+class TestTurnMessages:
+    """The plain messages a turn sends do what the proxy methods do."""
+
+    def test_checkout_and_checkin_messages(self, make_cache):
+        c = make_cache()
+        assert c.ref.ask(Checkout("a", "sid-a")) is None
+        a = c.agent("a")
+        done = threading.Event()
+        c.ref.tell(Checkin("a", "sid-a", a, False, done.set))
+        assert done.wait(5)
+        assert c.ref.ask(Checkout("a", "sid-a")) is a
+        stats = c.stats()
+        assert (stats.size, stats.in_use) == (1, 1)
+        c.ref.tell(Checkin("a", "sid-a", a, None))  # the loan of a turn that never began
+        assert c.checkout("a") is a  # handed out again: the loan had ended
+
+    def test_another_message_is_not_taken_for_one(self, make_cache):
+        c = make_cache()
+        c.put("a")
+        assert c.ref.ask(("a", "sid-a")) is None  # a tuple with the same fields: ignored
+        assert c.stats().in_use == 0
 
 
 class TestLruCap:
