@@ -19,6 +19,7 @@ import pykka
 
 from hermes_actors.agents.base import TurnRequest, TurnResult
 from hermes_actors.model.context import build_session_context, build_session_context_prompt
+from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.keys import is_shared_multi_user_session
 from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
@@ -29,7 +30,7 @@ from hermes_actors.runtime.eviction import should_check_pressure
 from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
-from hermes_actors.store.runtime_api import SessionRotatedError
+from hermes_actors.store.runtime_api import SessionExistsError, SessionRotatedError
 
 __all__ = ["FAILED_NOTICE", "RunningTurn", "TurnOutcome", "run_turn"]
 
@@ -129,14 +130,15 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
 def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -> TurnOutcome:
     store, config = services.store, services.config
     internal = event.internal
-    # The activity bump of §6 step 4 rides on begin_turn's routing write (one commit less).
-    # The actor's key is the source's key: an existing, usable entry needs no §6 pass.
+    # The activity bump of §6 step 4 rides on the turn's start (one commit less), and so does
+    # the creation of a session at its first message. The actor's key is the source's key:
+    # an existing, usable entry needs no §6 pass.
     entry = store.get(key)
-    if entry is None or entry.suspended:
-        entry = store.get_or_create_session(event.source, touch_activity=False)
-    session_id = entry.session_id
     bound = event.metadata.get("session_id")
-    if internal and bound and bound != session_id:
+    first = entry is None and not (internal and bound)
+    if not first and (entry is None or entry.suspended):
+        entry = store.get_or_create_session(event.source, touch_activity=False)
+    if not first and internal and bound and bound != entry.session_id:
         # A wake-up of a session /new closed: record it where it belongs, do not run it.
         store.append_message(bound, {"role": "system", "content": event.text})
         store.consume_events(list(turn.item.event_ids), "closed_session")
@@ -147,25 +149,17 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         thread_sessions_per_user=config.thread_sessions_per_user,
     )
     message = _compose_message(event, shared)
+    started = _start(services, key, turn, event, entry, {"role": "user", "content": message})
+    if started is None:  # the session was created meanwhile: start over on its entry
+        return _run(services, key, turn, event)
+    if isinstance(started, TurnOutcome):
+        return started
+    entry, token, checkout = started
+    session_id = entry.session_id
     context = build_session_context(
         event.source, config, entry,
         connected_platforms=["local", *services.delivery.connected_platforms()],
     )
-    # Asked before the turn is marked, answered while that commits: one wait for both.
-    checkout = _request_agent(services, key, session_id)
-    try:
-        token = store.begin_turn(
-            key, session_id,
-            user_message={"role": "user", "content": message},
-            event_ids=turn.item.event_ids, internal=internal, touch_activity=not internal,
-        )
-    except Exception as exc:
-        _return_unused(services, key, session_id, checkout)
-        if not isinstance(exc, SessionRotatedError):
-            raise
-        # /new or /reset won the race: the turn it interrupted never starts.
-        store.consume_events(list(turn.item.event_ids), "dropped")
-        return TurnOutcome("skipped", session_id)
     turn.began = True
     crashpoint("after_turn_marked")
     crashpoint("after_user_persisted")
@@ -175,7 +169,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     result = TurnResult(None, "failed")
     try:
         try:
-            agent = checkout.get()
+            agent = checkout.get() if checkout is not None else None
             if agent is None:
                 agent = services.agent_factory(context)
             turn.attach(agent)
@@ -223,6 +217,38 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         except Exception:  # noqa: BLE001 - the answer went out; bookkeeping is logged
             log.exception("post-turn bookkeeping failed session_key=%s", key)
     return TurnOutcome(result.status, session_id)
+
+
+def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
+           entry: SessionEntry | None, user_message: dict[str, str]
+           ) -> tuple[SessionEntry, str, pykka.Future | None] | TurnOutcome | None:
+    """Mark the turn and persist its user message: ``(entry, token, agent checkout)``; a
+    :class:`TurnOutcome` when the turn must not run, ``None`` when ``entry`` was ``None``
+    (a first message) and the session was created meanwhile."""
+    store, internal, ids = services.store, event.internal, turn.item.event_ids
+    if entry is None:
+        # A session's first message: it is created in the transaction that starts the turn.
+        # A new session id has no agent in the cache, so none is asked for.
+        try:
+            token, entry = store.begin_first_turn(
+                key, event.source, user_message=user_message, event_ids=ids,
+                internal=internal, touch_activity=not internal)
+        except SessionExistsError:
+            return None
+        return entry, token, None
+    # Asked before the turn is marked, answered while that commits: one wait for both.
+    checkout = _request_agent(services, key, entry.session_id)
+    try:
+        token = store.begin_turn(key, entry.session_id, user_message=user_message,
+                                 event_ids=ids, internal=internal, touch_activity=not internal)
+    except Exception as exc:
+        _return_unused(services, key, entry.session_id, checkout)
+        if not isinstance(exc, SessionRotatedError):
+            raise
+        # /new or /reset won the race: the turn it interrupted never starts.
+        store.consume_events(list(ids), "dropped")
+        return TurnOutcome("skipped", entry.session_id)
+    return entry, token, checkout
 
 
 def _request_agent(services: Services, key: str, session_id: str) -> pykka.Future:

@@ -7,20 +7,23 @@ recovery still handles a reply persisted without its obligation (the ledger off,
 database written by another tool), see :mod:`~hermes_actors.runtime.recovery_rules`.
 
 This is a mixin of :class:`~hermes_actors.store.store.SessionStore`; it relies on the store's
-``_apply``, ``_commit``, ``_key_lock``, ``_backend``, ``_entries`` and clock helpers.
+``_apply``, ``_commit``, ``_create_op``, ``_key_lock``, ``_backend``, ``_entries`` and clock
+helpers.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from hermes_actors.errors import StoreError
-from hermes_actors.model.entry import validate_session_id, validate_session_key
+from hermes_actors.model.entry import SessionEntry, validate_session_id, validate_session_key
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
+from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store import ledger, lifecycle
 from hermes_actors.store.ops import (
@@ -36,7 +39,7 @@ from hermes_actors.store.ops import (
 from hermes_actors.store.outbox import OutboxStoreMethods
 from hermes_actors.store.transcript import normalize_message
 
-__all__ = ["MarkerSettlement", "RuntimeStoreMethods", "SessionRotatedError"]
+__all__ = ["MarkerSettlement", "RuntimeStoreMethods", "SessionExistsError", "SessionRotatedError"]
 
 
 class MarkerSettlement(NamedTuple):
@@ -53,6 +56,10 @@ class MarkerSettlement(NamedTuple):
 
 class SessionRotatedError(StoreError):
     """The session key routes to another session id than the one a turn started in."""
+
+
+class SessionExistsError(StoreError):
+    """A session's first turn found that its key has an entry after all."""
 
 
 log = logging.getLogger(__name__)
@@ -145,21 +152,59 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                     f"session {session_key!r} moved to {entry.session_id} (a /new or /reset) "
                     f"before the turn on {session_id} began"
                 )
-            token = new_id()
-            now = self._now()
-            marked = entry.evolve(
-                active_turn_token=token,
-                active_turn_started_at=now,
-                active_turn_internal=bool(internal),
-                updated_at=now if touch_activity else entry.updated_at,
-            )
-            ops: list[Any] = []
-            if msg is not None:
-                ops.append(AppendMessage(session_id, msg, turn_token=token))
-            if ids:
-                ops.append(ConsumeEvents(ids, "turn", self._ts()))
+            token, ops, marked = self._turn_start(entry, msg, ids, internal, touch_activity)
             self._commit(ops, put=[marked])
         return token
+
+    def begin_first_turn(
+        self,
+        session_key: str,
+        source: SessionSource,
+        *,
+        user_message: dict[str, Any] | None = None,
+        event_ids: Iterable[str] = (),
+        internal: bool = False,
+        touch_activity: bool = False,
+    ) -> tuple[str, SessionEntry]:
+        """:meth:`begin_turn` for a key that has no entry yet (a session's first message):
+        the session is created from ``source`` (§6 ``create``: a fresh entry and its
+        ``sessions`` row) in the same transaction that starts its first turn, one commit
+        instead of two.
+
+        Returns the token and the created entry as it was before the turn's marker. Raises
+        :class:`SessionExistsError` when the key has an entry by then (nothing is written:
+        the caller starts over on that entry) and ``ValueError`` for a malformed message.
+        """
+        validate_session_key(session_key)
+        ids = tuple(event_ids)
+        msg = None if user_message is None else normalize_message(user_message, self._ts())
+        with self._key_lock(session_key):
+            if self._entries.get(session_key) is not None:
+                raise SessionExistsError(f"session {session_key!r} was created meanwhile")
+            now = self._now()
+            fresh = lifecycle.fresh_entry(session_key, source, now)
+            token, ops, marked = self._turn_start(fresh, msg, ids, internal, touch_activity, now)
+            self._commit([self._create_op(fresh), *ops], put=[marked])
+        return token, fresh
+
+    def _turn_start(self, entry: SessionEntry, msg: dict[str, Any] | None, ids: tuple[str, ...],
+                    internal: bool, touch_activity: bool, now: datetime | None = None
+                    ) -> tuple[str, list[Any], SessionEntry]:
+        """A new turn token, the ops that start the turn, and ``entry`` with the marker."""
+        token = new_id()
+        now = now or self._now()
+        marked = entry.evolve(
+            active_turn_token=token,
+            active_turn_started_at=now,
+            active_turn_internal=bool(internal),
+            updated_at=now if touch_activity else entry.updated_at,
+        )
+        ops: list[Any] = []
+        if msg is not None:
+            ops.append(AppendMessage(entry.session_id, msg, turn_token=token))
+        if ids:
+            ops.append(ConsumeEvents(ids, "turn", self._ts()))
+        return token, ops, marked
 
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The persisted final reply (``is_reply``) of turn ``token``, for crash recovery."""

@@ -249,6 +249,42 @@ class TestSessionRotated:
         store.close()
 
 
+class TestFirstMessage:
+    """A session's first message creates the session in the turn's start transaction."""
+
+    def test_a_session_created_meanwhile_runs_the_turn_on_it(self, tmp_path):
+        gw, adapter = gateway(tmp_path)
+        real_first = gw.store.begin_first_turn
+        other = []
+
+        def created_just_before(key, source, **kwargs):
+            gw.store.begin_first_turn = real_first
+            other.append(gw.store.get_or_create_session(source))  # e.g. an embedding host
+            return real_first(key, source, **kwargs)
+
+        gw.store.begin_first_turn = created_just_before
+        submit(gw, "hello")
+        assert gw.wait_idle(10)
+        assert adapter.texts() == ["echo: hello"], "the first message was dropped"
+        entry = gw.store.get(KEY)
+        assert other and entry.session_id == other[0].session_id
+        assert [m["content"] for m in gw.store.load_transcript(entry.session_id)] == [
+            "hello", "echo: hello"]
+        assert gw.store.pending_inbox() == []
+        gw.stop()
+
+    def test_created_with_its_first_turn(self, tmp_path):
+        gw, adapter = gateway(tmp_path)
+        submit(gw, "hello")
+        assert gw.wait_idle(10)
+        entry = gw.store.get(KEY)
+        assert entry.origin.chat_id == "42" and entry.created_at is not None
+        assert not entry.has_active_turn
+        assert [m["content"] for m in gw.store.load_transcript(entry.session_id)] == [
+            "hello", "echo: hello"]
+        gw.stop()
+
+
 class TestTurnThatNeverBegan:
     """The agent checked out for a turn whose start failed goes back to the cache."""
 

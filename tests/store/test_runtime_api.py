@@ -15,6 +15,7 @@ from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
 from hermes_actors.store.ops import LedgerRecord
+from hermes_actors.store.runtime_api import SessionExistsError
 
 from .conftest import T0, dm
 
@@ -119,6 +120,56 @@ class TestBeginTurn:
         with pytest.raises(ValueError):
             store.begin_turn(entry.session_key, entry.session_id, user_message={"role": "x"})
         assert store.get(entry.session_key).active_turn_token is None
+
+
+class TestBeginFirstTurn:
+    """A session's first message: the session is created in the turn's start transaction."""
+
+    def test_session_marker_message_and_consumption_together_and_durable(self, make_store):
+        store = make_store()
+        key = store.session_key_for(dm())
+        event = _event("hello")
+        store.accept_event(key, event)
+        token, created = store.begin_first_turn(
+            key, dm(), user_message={"role": "user", "content": "hello"},
+            event_ids=[event.event_id], touch_activity=True)
+        assert created.session_key == key and created.active_turn_token is None
+        assert created.origin.chat_id == "42"
+        store.close()
+        reopened = make_store()
+        marked = reopened.get(key)
+        assert marked.session_id == created.session_id
+        assert marked.active_turn_token == token and not marked.active_turn_internal
+        assert marked.created_at == created.created_at
+        assert reopened.load_transcript(created.session_id) == [
+            {"role": "user", "content": "hello", "timestamp": T0}
+        ]
+        assert reopened.pending_inbox() == []
+        assert _sql(reopened, "SELECT id, session_key, message_count FROM sessions") == [
+            (created.session_id, key, 1)]
+
+    def test_failure_writes_nothing(self, store):
+        key = store.session_key_for(dm())
+        event = _event("hello")
+        store.accept_event(key, event)
+        _sql(store, "CREATE TRIGGER refuse BEFORE UPDATE ON inbox BEGIN "
+                    "SELECT RAISE(ABORT, 'refused'); END")  # fmt: skip
+        with pytest.raises(StoreError):
+            store.begin_first_turn(key, dm(), user_message={"role": "user", "content": "hi"},
+                                   event_ids=[event.event_id])
+        assert store.get(key) is None and key not in dict(store.db.load_routing())
+        assert _sql(store, "SELECT count(*) FROM sessions") == [(0,)]
+        assert _sql(store, "SELECT count(*) FROM messages") == [(0,)]
+        assert len(store.pending_inbox()) == 1
+
+    def test_an_existing_entry_is_refused_and_nothing_written(self, store):
+        entry = store.get_or_create_session(dm())
+        with pytest.raises(SessionExistsError):
+            store.begin_first_turn(entry.session_key, dm(),
+                                   user_message={"role": "user", "content": "hi"})
+        assert store.get(entry.session_key) == entry
+        assert _sql(store, "SELECT count(*) FROM sessions") == [(1,)]
+        assert store.load_transcript(entry.session_id) == []
 
 
 class TestTurnReply:
