@@ -150,26 +150,25 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     )
     message = _compose_message(event, shared)
     started = _start(services, key, turn, event, entry, {"role": "user", "content": message})
-    if started is None:  # the session was created meanwhile: start over on its entry
-        return _run(services, key, turn, event)
     if isinstance(started, TurnOutcome):
         return started
     entry, token, checkout = started
-    session_id = entry.session_id
-    context = build_session_context(
-        event.source, config, entry,
-        connected_platforms=["local", *services.delivery.connected_platforms()],
-    )
     turn.began = True
     crashpoint("after_turn_marked")
     crashpoint("after_user_persisted")
+    session_id = entry.session_id
     agent = None
     persisted = False
     error: BaseException | None = None
     result = TurnResult(None, "failed")
     try:
         try:
+            # From here every failure is a failed turn: answered, marker cleared, agent back.
             agent = checkout.get() if checkout is not None else None
+            context = build_session_context(
+                event.source, config, entry,
+                connected_platforms=["local", *services.delivery.connected_platforms()],
+            )
             if agent is None:
                 agent = services.agent_factory(context)
             turn.attach(agent)
@@ -221,21 +220,28 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
 
 def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
            entry: SessionEntry | None, user_message: dict[str, str]
-           ) -> tuple[SessionEntry, str, pykka.Future | None] | TurnOutcome | None:
-    """Mark the turn and persist its user message: ``(entry, token, agent checkout)``; a
-    :class:`TurnOutcome` when the turn must not run, ``None`` when ``entry`` was ``None``
-    (a first message) and the session was created meanwhile."""
+           ) -> tuple[SessionEntry, str, pykka.Future | None] | TurnOutcome:
+    """Mark the turn and persist its user message: ``(entry, token, agent checkout)``, or a
+    :class:`TurnOutcome` when the turn must not run. ``entry`` ``None``: the session's first
+    message, and the session is created in the transaction that starts the turn."""
     store, internal, ids = services.store, event.internal, turn.item.event_ids
     if entry is None:
-        # A session's first message: it is created in the transaction that starts the turn.
         # A new session id has no agent in the cache, so none is asked for.
         try:
             token, entry = store.begin_first_turn(
                 key, event.source, user_message=user_message, event_ids=ids,
                 internal=internal, touch_activity=not internal)
+            return entry, token, None
         except SessionExistsError:
-            return None
-        return entry, token, None
+            if turn.interrupted.is_set() and turn.reason == "/new":
+                # /new (or /reset) interrupted this turn, then created the session: the
+                # message it dropped must not start a turn in the new session.
+                store.consume_events(list(ids), "dropped")
+                return TurnOutcome("skipped")
+            # Created meanwhile by another caller: the turn starts on that entry.
+            entry = store.get(key)
+            if entry is None or entry.suspended:
+                entry = store.get_or_create_session(event.source, touch_activity=False)
     # Asked before the turn is marked, answered while that commits: one wait for both.
     checkout = _request_agent(services, key, entry.session_id)
     try:

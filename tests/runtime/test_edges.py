@@ -20,7 +20,9 @@ from hermes_actors import (
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import supervisor as supervisor_module
+from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
+from hermes_actors.runtime.session_actor import NEW_SESSION
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.runtime_api import SessionRotatedError
 from hermes_actors.store.store import SessionStore
@@ -271,6 +273,56 @@ class TestFirstMessage:
         assert [m["content"] for m in gw.store.load_transcript(entry.session_id)] == [
             "hello", "echo: hello"]
         assert gw.store.pending_inbox() == []
+        gw.stop()
+
+    def test_new_racing_a_first_message_drops_it_from_the_new_session(self, tmp_path):
+        gw, adapter = gateway(tmp_path)
+        real_first = gw.store.begin_first_turn
+        entered, go = threading.Event(), threading.Event()
+
+        def held(key, source, **kwargs):
+            entered.set()
+            assert go.wait(10)
+            return real_first(key, source, **kwargs)
+
+        gw.store.begin_first_turn = held
+        submit(gw, "hello before new")
+        assert entered.wait(10)
+        submit(gw, "/new")  # interrupts the starting turn, then creates the session
+        assert adapter.wait_for(1)
+        go.set()
+        assert gw.wait_idle(10)
+        entry = gw.store.get(KEY)
+        assert gw.store.load_transcript(entry.session_id) == [], "the dropped message leaked"
+        assert adapter.texts() == [NEW_SESSION]
+        assert gw.store.pending_inbox() == []
+        submit(gw, "after")
+        assert gw.wait_idle(10)
+        assert adapter.texts() == [NEW_SESSION, "echo: after"]
+        gw.stop()
+
+    def test_a_failure_after_the_turn_began_is_a_failed_turn(self, tmp_path, monkeypatch):
+        made = []
+        gw, adapter = gateway(tmp_path, factory=lambda ctx: made.append(ScriptedAgent())
+                              or made[-1])
+        submit(gw, "one")
+        assert gw.wait_idle(10)
+        real = turn_module.build_session_context
+
+        def failing_once(*args, **kwargs):
+            monkeypatch.setattr(turn_module, "build_session_context", real)
+            raise RuntimeError("context broke")
+
+        monkeypatch.setattr(turn_module, "build_session_context", failing_once)
+        submit(gw, "two")
+        assert gw.wait_idle(10)
+        entry = gw.store.get(KEY)
+        assert not entry.has_active_turn, "the marker outlived the failed turn"
+        assert adapter.texts() == ["echo: one", FAILED_NOTICE.format("RuntimeError")]
+        submit(gw, "three")
+        assert gw.wait_idle(10)
+        assert adapter.texts()[-1] == "echo: three"
+        assert len(made) == 1, "the agent of the failed turn was never checked back in"
         gw.stop()
 
     def test_created_with_its_first_turn(self, tmp_path):

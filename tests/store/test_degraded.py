@@ -75,6 +75,19 @@ class TestOpenFailure:
         assert store.clear_turn_active(entry.session_key, token)
         assert _mirror(home)[entry.session_key]["active_turn_token"] is None
 
+    def test_a_first_turn_creates_the_session_in_degraded_mode(self, make_store, home):
+        _break_as_directory(home)
+        store = make_store()
+        assert store.degraded
+        key = store.session_key_for(dm())
+        token, created = store.begin_first_turn(
+            key, dm(), user_message={"role": "user", "content": "q"}, internal=True)
+        marked = store.get(key)
+        assert marked.session_id == created.session_id and marked.active_turn_token == token
+        assert marked.active_turn_internal
+        assert _mirror(home)[key]["active_turn_token"] == token
+        assert [m["content"] for m in store.load_transcript(created.session_id)] == ["q"]
+
     def test_routing_survives_a_restart_in_degraded_mode(self, make_store, home):
         _break_as_directory(home)
         first = make_store()
