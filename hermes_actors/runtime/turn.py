@@ -136,8 +136,8 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     entry = store.get(key)
     bound = event.metadata.get("session_id")
     first = entry is None and not (internal and bound)
-    if not first and (entry is None or entry.suspended):
-        entry = store.get_or_create_session(event.source, touch_activity=False)
+    if not first:
+        entry = _usable(store, event.source, entry)
     if not first and internal and bound and bound != entry.session_id:
         # A wake-up of a session /new closed: record it where it belongs, do not run it.
         store.append_message(bound, {"role": "system", "content": event.text})
@@ -239,9 +239,7 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
                 store.consume_events(list(ids), "dropped")
                 return TurnOutcome("skipped")
             # Created meanwhile by another caller: the turn starts on that entry.
-            entry = store.get(key)
-            if entry is None or entry.suspended:
-                entry = store.get_or_create_session(event.source, touch_activity=False)
+            entry = _usable(store, event.source, store.get(key))
     # Asked before the turn is marked, answered while that commits: one wait for both.
     checkout = _request_agent(services, key, entry.session_id)
     try:
@@ -255,6 +253,13 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
         store.consume_events(list(ids), "dropped")
         return TurnOutcome("skipped", entry.session_id)
     return entry, token, checkout
+
+
+def _usable(store: Any, source: Any, entry: SessionEntry | None) -> SessionEntry:
+    """``entry``, or when there is none or it is suspended, the entry after a §6 pass."""
+    if entry is None or entry.suspended:
+        return store.get_or_create_session(source, touch_activity=False)
+    return entry
 
 
 def _request_agent(services: Services, key: str, session_id: str) -> pykka.Future:
