@@ -19,6 +19,7 @@ _EXPORTS = {
     "Gateway": "hermes_actors.runtime.gateway",
     "GatewayConfig": "hermes_actors.config",
     "HermesActorsError": "hermes_actors.errors",
+    "HomeInUseError": "hermes_actors.errors",
     "InMemoryAdapter": "hermes_actors.adapters.memory",
     "MessageEvent": "hermes_actors.model.events",
     "MessageType": "hermes_actors.model.events",
@@ -51,6 +52,7 @@ __all__ = [
     "Gateway",
     "GatewayConfig",
     "HermesActorsError",
+    "HomeInUseError",
     "InMemoryAdapter",
     "MessageEvent",
     "MessageType",
@@ -85,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ConfigError,
         ConfigWarning,
         HermesActorsError,
+        HomeInUseError,
         UnknownPlatformError,
     )
     from hermes_actors.model.context import (

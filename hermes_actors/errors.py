@@ -10,6 +10,7 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "HermesActorsError",
+    "HomeInUseError",
     "StoreError",
     "UnknownPlatformError",
 ]
@@ -37,6 +38,10 @@ class UnknownPlatformError(HermesActorsError, ValueError):
             f"unknown platform {name!r}: use one of the built-in platforms "
             "or register it with Platform.register()"
         )
+
+
+class HomeInUseError(HermesActorsError):
+    """Another gateway holds the home (its ``gateway.lock``); the message names its pid."""
 
 
 class StoreError(HermesActorsError):

@@ -69,14 +69,17 @@ class Gateway:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True)
         deadline = time.monotonic() + 60
+        seen: list[str] = []
         for line in proc.stderr:
+            seen = (seen + [line.rstrip()])[-20:]
             match = READY.search(line)
             if match:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("the gateway did not become ready within 60 s")
         else:
-            raise RuntimeError(f"the gateway exited before ready (code {proc.wait()})")
+            said = "\n".join(seen)
+            raise RuntimeError(f"the gateway exited before ready (code {proc.wait()}):\n{said}")
         threading.Thread(target=_drain_pipe, args=(proc.stderr,), daemon=True).start()
         with self.lock:
             self.proc, self.url = proc, f"http://127.0.0.1:{match.group(1)}"

@@ -19,7 +19,6 @@ from hermes_actors.adapters.base import SendResult
 from hermes_actors.config import GatewayConfig
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
-from hermes_actors.process.lock import HomeLock
 
 __all__ = ["QUIT_WORDS", "ConsoleAdapter", "chat"]
 
@@ -55,16 +54,15 @@ def chat(home: Path, config: GatewayConfig, *, chat_id: str = "console",
     home.mkdir(parents=True, exist_ok=True)
     interactive = stdin.isatty()
     source = SessionSource("local", chat_id=chat_id, user_id=user_id or _user())
-    with HomeLock(home):
-        gateway = Gateway(home, config, adapters=[ConsoleAdapter(stdout)])
-        report = gateway.start()
-        stderr.write(report.summary() + "\n")
-        if interactive:
-            stderr.write("Type a message; /quit or Ctrl-D ends the session.\n")
-        try:
-            _loop(gateway, source, stdin, stdout, interactive)
-        finally:
-            gateway.stop(drain_timeout=config.restart_drain_timeout)
+    gateway = Gateway(home, config, adapters=[ConsoleAdapter(stdout)])
+    report = gateway.start()
+    stderr.write(report.summary() + "\n")
+    if interactive:
+        stderr.write("Type a message; /quit or Ctrl-D ends the session.\n")
+    try:
+        _loop(gateway, source, stdin, stdout, interactive)
+    finally:
+        gateway.stop(drain_timeout=config.restart_drain_timeout)
     return 0
 
 

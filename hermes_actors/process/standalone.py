@@ -5,7 +5,8 @@ is patched before this module is imported), SQLite runs on the store's own nativ
 thread, and the HTTP adapter is gevent's ``WSGIServer``, one greenlet per request, so a
 client long-polling the outbox costs a greenlet. The order of a run:
 
-1. take ``<home>/gateway.lock`` (a second process on the same home is refused);
+1. take ``<home>/gateway.lock`` (``Gateway.claim_home()``: a second gateway on the same home,
+   standalone or embedded, is refused);
 2. bind the listening socket (a port in use fails before any recovery work);
 3. ``Gateway.start()`` (recovery) — then print its one-line summary;
 4. serve until SIGTERM or SIGINT; new messages are then refused with 503 while running work
@@ -35,7 +36,6 @@ from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, Outbox
 from hermes_actors.cli import CommandFailed
 from hermes_actors.config import GatewayConfig
 from hermes_actors.process.heap import freeze_startup_heap, tune_gc
-from hermes_actors.process.lock import HomeLock
 from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["RunOptions", "run"]
@@ -120,18 +120,18 @@ def run(options: RunOptions) -> int:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandFailed(f"cannot create the home directory {str(home)!r}: {exc}") from None
-    with HomeLock(home):
-        return _serve(home, config)
+    outbox = Outbox()
+    adapters = [OutboxAdapter(platform, outbox) for platform in config.http.platforms]
+    gateway = Gateway(home, config, adapters=adapters)
+    gateway.claim_home()  # a busy home is refused before the port is bound
+    return _serve(home, config, gateway, outbox)
 
 
-def _serve(home: Path, config: GatewayConfig) -> int:
+def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) -> int:
     http = config.http
     _log_event("starting", pid=os.getpid(), home=home.resolve(), agent=config.agent.kind,
                platforms=",".join(http.platforms))
     tune_gc()
-    outbox = Outbox()
-    adapters = [OutboxAdapter(platform, outbox) for platform in http.platforms]
-    gateway = Gateway(home, config, adapters=adapters)
     outbox.bind(lambda: gateway.store)
     report_box: list[Any] = []
     app = HttpApi(gateway, outbox, http, report=lambda: report_box[0] if report_box else None)

@@ -26,6 +26,7 @@ from hermes_actors.runtime.cache import AgentCacheActor
 from hermes_actors.runtime.clock import SystemClock
 from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.delivery import Delivery, NoticePool
+from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.memory import MemoryProbe
 from hermes_actors.runtime.recovery import RecoveryReport
@@ -73,6 +74,7 @@ class Gateway:
         self.memory_probe = memory_probe
         self.adapters = list(adapters)
         self._agent_factory = agent_factory or agent_factory_from_config(self.config)
+        self._home_lock = HomeLock(self.home)
         self._state = "new"
         #: Guards the state, the restore gate, held events and in-flight submits.
         self._lock = threading.Condition(new_rlock())
@@ -110,10 +112,14 @@ class Gateway:
         """Whether the gateway accepts messages."""
         return self._state == "running"
 
-    def start(self) -> RecoveryReport:
-        """Open the store, recover from the previous run, and start accepting messages."""
-        if self._state != "new":
-            raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
+    def claim_home(self) -> None:
+        """Take the home's lock now (``start()`` does it when not done yet); raises
+        :class:`~hermes_actors.errors.HomeInUseError` naming the pid of the gateway that
+        holds it. A host that binds sockets or does other setup first calls this before, so
+        a busy home is reported before anything else. Released by ``stop()`` and, whatever
+        happens, by the kernel when the process ends."""
+        if self._home_lock.held:
+            return
         try:
             self.home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -122,6 +128,24 @@ class Gateway:
             ) from None
         if not self.home.is_dir():
             raise HermesActorsError(f"home {str(self.home)!r} exists and is not a directory")
+        self._home_lock.acquire()
+
+    def start(self) -> RecoveryReport:
+        """Take the home, open the store, recover from the previous run, and start
+        accepting messages. A home held by another gateway raises
+        :class:`~hermes_actors.errors.HomeInUseError` before anything in it is read or
+        written (no recovery, no marker)."""
+        if self._state != "new":
+            raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
+        self.claim_home()
+        try:
+            return self._start()
+        except BaseException:
+            if self._state == "new":  # nothing runs that stop() would have to settle
+                self._home_lock.release()
+            raise
+
+    def _start(self) -> RecoveryReport:
         self._store = SessionStore(
             self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
         )
@@ -214,6 +238,7 @@ class Gateway:
             except Exception:  # noqa: BLE001 - the remaining steps must still run
                 log.exception("stop step %s failed", name)
         self._state = "stopped"
+        self._home_lock.release()
 
     def _drain(self, timeout: float, reason: str) -> None:
         router = self._router

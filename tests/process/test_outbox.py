@@ -9,7 +9,8 @@ import pytest
 
 from hermes_actors import Gateway, MessageEvent, SessionSource, load_config
 from hermes_actors.adapters.outbox import Outbox, OutboxAdapter
-from hermes_actors.process.lock import HomeBusyError, HomeLock
+from hermes_actors.errors import HomeInUseError
+from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.store import SessionStore
 from hermes_actors.store.schema import SCHEMA_VERSION
 from hermes_actors.testing import FakeClock
@@ -160,7 +161,7 @@ class TestHomeLock:
 
     def test_second_holder_is_refused_until_release(self, tmp_path):
         first = HomeLock(tmp_path).acquire()
-        with pytest.raises(HomeBusyError, match=r"in use by a running gateway \(pid \d+\)"):
+        with pytest.raises(HomeInUseError, match=r"in use by a running gateway \(pid \d+\)"):
             HomeLock(tmp_path).acquire()
         first.release()
         with HomeLock(tmp_path) as second:

@@ -1,7 +1,9 @@
-"""``HomeLock``: one gateway process per home, enforced with ``flock`` on ``<home>/gateway.lock``.
+"""``HomeLock``: one gateway per home, enforced with ``flock`` on ``<home>/gateway.lock``.
 
-Two gateways on one home would each "recover" the other's running turns and deliver the
-same replies twice, so the second is refused. ``flock`` is held by the open file and released
+Two gateways on one home would each "recover" the other's running turns, deliver the same
+replies twice and write ``.clean_shutdown`` into a home that is still live (after which a
+crash of the first looks like a clean stop and its interrupted turns are never resumed), so
+``Gateway.start()`` takes this lock before it touches anything, for every kind of host. ``flock`` is held by the open file and released
 by the kernel when the process ends in any way, so a crash never leaves a stale lock to clean
 up; the pid written into the file is only there to name the holder in the refusal. The file
 is never deleted: unlinking a locked file would let a third process lock a fresh inode while
@@ -14,16 +16,12 @@ import fcntl
 import os
 from pathlib import Path
 
-from hermes_actors.errors import HermesActorsError
+from hermes_actors.errors import HermesActorsError, HomeInUseError
 
-__all__ = ["LOCK_NAME", "HomeBusyError", "HomeLock"]
+__all__ = ["LOCK_NAME", "HomeLock"]
 
 #: The lock file inside the home.
 LOCK_NAME = "gateway.lock"
-
-
-class HomeBusyError(HermesActorsError):
-    """Another process holds the home's lock."""
 
 
 class HomeLock:
@@ -40,7 +38,7 @@ class HomeLock:
         return self._fd is not None
 
     def acquire(self) -> HomeLock:
-        """Take the lock, or raise :class:`HomeBusyError` naming the holder's pid."""
+        """Take the lock, or raise :class:`HomeInUseError` naming the holder's pid."""
         if self._fd is not None:
             return self
         try:
@@ -53,9 +51,9 @@ class HomeLock:
             holder = _read_pid(fd)
             os.close(fd)
             who = f"pid {holder}" if holder else "another process"
-            raise HomeBusyError(
+            raise HomeInUseError(
                 f"the home {str(self.path.parent)!r} is in use by a running gateway ({who}); "
-                "stop it first or use another --home"
+                "stop that gateway first, or use another home (--home)"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
