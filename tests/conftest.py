@@ -64,7 +64,7 @@ class Harness:
 def make_harness(tmp_path):
     made: list[Harness] = []
 
-    def make(**config) -> Harness:
+    def make(home=None, **config) -> Harness:
         gates, log, agents = Gates(), [], []
         clock = FakeClock()
         adapter = InMemoryAdapter("telegram")
@@ -75,7 +75,7 @@ def make_harness(tmp_path):
             return agent
 
         probe = FakeMemoryProbe(anon_mb=100.0)
-        gw = Gateway(tmp_path / f"home{len(made)}", config=load_config(config, env={}),
+        gw = Gateway(home or tmp_path / f"home{len(made)}", config=load_config(config, env={}),
                      agent_factory=factory, adapters=[adapter], clock=clock,
                      memory_probe=probe)
         gw.start()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,15 +43,22 @@ from hermes_actors.model.timeutil import from_epoch, isoformat
 __all__ = ["HttpApi", "make_server"]
 
 log = logging.getLogger("hermes_actors.http")
+#: One line per answered request: method, path, status and milliseconds (a long poll's
+#: time includes its wait).
+access_log = logging.getLogger("hermes_actors.http.access")
 
 _SESSIONS_PREFIX = "/v1/sessions/"
 #: How much of an unread, refused body is read and dropped before closing (see ``linger``).
 _LINGER_BYTES = 256 * 1024
 _LINGER_SECONDS = 1.0
+#: Answers to ``POST /v1/messages`` that count as refusing an invalid message.
+_INVALID = frozenset({400, 408, 413, 422})
+#: ``Retry-After`` (seconds) of a message refused because its session's queue is full.
+_RETRY_AFTER = "5"
 _REASONS = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
-    422: "Unprocessable Content",
+    422: "Unprocessable Content", 429: "Too Many Requests",
     500: "Internal Server Error", 503: "Service Unavailable",
 }  # fmt: skip
 
@@ -205,6 +213,7 @@ class HttpApi:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> list[bytes]:
         """Answer one request (WSGI)."""
+        began = time.perf_counter()
         request: _Request | None = None
         route = "other"
         try:
@@ -224,6 +233,9 @@ class HttpApi:
         if request is not None and request.body_pending:
             response.headers.append(("Connection", "close"))
         self.metrics.requests.labels(route, str(response.status)).inc()
+        access_log.info("method=%s path=%s status=%d ms=%.1f", environ.get("REQUEST_METHOD"),
+                        environ.get("PATH_INFO"), response.status,
+                        (time.perf_counter() - began) * 1000.0)
         reason = _REASONS.get(response.status, "")
         start_response(f"{response.status} {reason}", response.headers)
         return _Answer(response.body, request)
@@ -264,17 +276,31 @@ class HttpApi:
         return _Response(200, self.metrics.render(), CONTENT_TYPE)
 
     def _post_message(self, request: _Request) -> _Response:
+        ingress = self._gw.ingress
         if not self.accepting:
+            ingress.refused("stopping")
             raise RequestError(503, "the gateway is shutting down; send the message again later")
-        message = parse_message(decode_json_body(request.read_body()), platforms=self._platforms)
         try:
-            event = message.to_event()
-            key = validate_session_key(self._gw.store.session_key_for(event.source))
-        except (TypeError, ValueError) as exc:
-            raise RequestError(422, str(exc)) from None
-        self._gw.submit(event)
-        depth = self._gw.queue_depth(key)
-        return _json(202, {"session_key": key, "event_id": event.event_id, "queue_depth": depth})
+            message = parse_message(decode_json_body(request.read_body()),
+                                    platforms=self._platforms)
+            try:
+                event = message.to_event()
+                key = validate_session_key(self._gw.store.session_key_for(event.source))
+            except (TypeError, ValueError) as exc:
+                raise RequestError(422, str(exc)) from None
+        except RequestError as exc:
+            if exc.status in _INVALID:
+                ingress.refused("invalid")
+            raise
+        admission = self._gw.admit(event)
+        if admission.refused is not None:
+            # Nothing of it was kept: the client sends it again later.
+            return _json(429, {"error": admission.refused}, [("Retry-After", _RETRY_AFTER)])
+        body = {"session_key": key, "event_id": admission.event_id,
+                "queue_depth": admission.queue_depth}
+        if admission.duplicate:
+            return _json(200, {**body, "duplicate": True})
+        return _json(202, body)
 
     def _get_outbox(self, request: _Request) -> _Response:
         query = parse_outbox_query(request.query, platforms=self._platforms)
@@ -329,13 +355,12 @@ def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
 
 def make_server(app: HttpApi, host: str, port: int) -> Any:
     """A gevent ``WSGIServer`` for ``app`` bound to ``host:port`` (``port`` 0 picks a free
-    one: read ``server.server_port``). Access lines go to the ``hermes_actors.http.access``
-    logger at DEBUG; server errors to ``hermes_actors.http`` at ERROR."""
+    one: read ``server.server_port``). The application logs its own access lines
+    (``access_log``); server errors go to ``hermes_actors.http`` at ERROR."""
     from gevent.pywsgi import LoggingLogAdapter, WSGIServer
 
     server = WSGIServer(
-        (host, port), app,
-        log=LoggingLogAdapter(logging.getLogger("hermes_actors.http.access"), logging.DEBUG),
+        (host, port), app, log=None,
         error_log=LoggingLogAdapter(logging.getLogger("hermes_actors.http"), logging.ERROR),
     )
     server.init_socket()

@@ -1,11 +1,12 @@
 """``GET /metrics``: the gateway's state as Prometheus text, read at scrape time.
 
-Nothing is counted twice: every gauge is computed from ``Gateway.stats()``, the store and
-the startup :class:`~hermes_actors.runtime.recovery.RecoveryReport` when Prometheus asks,
-so the numbers cannot drift from the runtime's own bookkeeping. The metrics live in their
-own ``CollectorRegistry`` (not prometheus-client's global one), so several gateways in one
-process, or tests, never collide. Nested ``stats()`` sections are exported generically
-(``hermes_supervisor_<field>``), so a counter the runtime adds shows up without a change here.
+Nothing is counted twice: every gauge is computed from ``Gateway.stats()``, the gateway's
+ingress and turn counters, the store and the startup
+:class:`~hermes_actors.runtime.recovery.RecoveryReport` when Prometheus asks, so the numbers
+cannot drift from the runtime's own bookkeeping. A scrape reads running totals and asks the
+cache and supervisor actors once each: its cost does not grow with the number of live
+sessions. The metrics live in their own ``CollectorRegistry`` (not prometheus-client's
+global one), so several gateways in one process, or tests, never collide.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+
+from hermes_actors.runtime.counters import TURN_DURATION_BUCKETS
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "LEDGER_STATES"]
 
@@ -27,9 +35,29 @@ log = logging.getLogger("hermes_actors.metrics")
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 #: Ledger states worth watching (``delivered`` rows are history, pruned after 7 days).
 LEDGER_STATES = ("pending", "attempting", "failed", "abandoned")
-_REPORT_FIELDS = ("recovered_replies", "redelivered", "replayed_inbox")
-#: ``stats()`` sections exported generically as ``hermes_<section>_<field>``.
-_SECTIONS = ("supervisor",)
+#: ``RecoveryReport`` counts exported as ``hermes_recovery_<field>``, with their HELP texts.
+_REPORT_FIELDS = (
+    ("recovered_replies", "Replies found in the transcript of interrupted turns and owed "
+                          "again by the last startup."),
+    ("redelivered", "Owed replies and notices sent by the last startup's ledger sweep."),
+    ("replayed_inbox", "Accepted messages the last startup found unanswered and ran again."),
+)
+#: The supervisor's statistics exported as ``hermes_supervisor_<field>``.
+_SUPERVISOR_FIELDS = (
+    ("counted_sessions", "Sessions whose stuck-loop counter is above zero (they were "
+                         "mid-turn across a restart)."),
+    ("suspensions", "Sessions suspended by the stuck-loop guard since start."),
+    ("redelivered", "Owed replies delivered by ledger sweeps since start."),
+    ("drain_timeouts", "Sessions interrupted at a drain deadline and marked for resumption."),
+)
+
+
+#: Turn statuses always exported (at 0 until one happens).
+TURN_STATUSES = ("completed", "interrupted", "failed", "partial")
+
+
+def _bucket(bound: float) -> str:
+    return repr(float(bound))
 
 
 def _number(value: Any) -> float | None:
@@ -59,8 +87,9 @@ class _GatewayCollector(Collector):
         yield GaugeMetricFamily("hermes_up", "Whether the gateway accepts messages.",
                                 value=1.0 if running else 0.0)
         yield from self._runtime(stats)
+        yield from self._traffic()
         yield from self._cache(stats.get("cache") or {})
-        yield from self._sections(stats)
+        yield from self._supervisor(stats.get("supervisor") or {})
         yield from self._recovery()
         if running:
             yield from self._store()
@@ -114,27 +143,52 @@ class _GatewayCollector(Collector):
             yield CounterMetricFamily("hermes_agent_cache_closed",
                                       "Agents closed at boundaries.", value=closed)
 
-    def _sections(self, stats: dict[str, Any]) -> Iterator[Metric]:
-        for section in _SECTIONS:
-            for key, raw in sorted((stats.get(section) or {}).items()):
-                value = _number(raw)
-                if value is not None:
-                    yield GaugeMetricFamily(f"hermes_{section}_{key}",
-                                            f"Gateway.stats()['{section}']['{key}'].", value=value)
+    def _traffic(self) -> Iterator[Metric]:
+        ingress = self._gw.ingress.statistics()
+        yield CounterMetricFamily("hermes_messages_accepted",
+                                  "Messages from people accepted (durable and queued for "
+                                  "their session).", value=float(ingress.accepted))
+        refused = CounterMetricFamily(
+            "hermes_messages_refused", "Messages not accepted, by reason: the session's queue "
+            "was full, a repeat of an accepted message, the gateway was stopping, or a "
+            "malformed request.", labels=["reason"])
+        for reason, count in ingress.refused.items():
+            refused.add_metric([reason], float(count))
+        yield refused
+        turns = self._gw.turn_counters.statistics()
+        family = CounterMetricFamily("hermes_turns", "Agent turns finished, by final status.",
+                                     labels=["status"])
+        for status in sorted({*TURN_STATUSES, *turns.by_status}):
+            family.add_metric([status], float(turns.by_status.get(status, 0)))
+        yield family
+        bounds = [*(_bucket(b) for b in TURN_DURATION_BUCKETS), "+Inf"]
+        yield HistogramMetricFamily(
+            "hermes_turn_duration_seconds",
+            "How long agent turns took, from start to the recorded answer.",
+            buckets=[(le, float(n)) for le, n in zip(bounds, turns.duration_buckets, strict=True)],
+            sum_value=turns.duration_sum)
+
+    def _supervisor(self, supervisor: dict[str, Any]) -> Iterator[Metric]:
+        for key, doc in _SUPERVISOR_FIELDS:
+            value = _number(supervisor.get(key))
+            if value is not None:
+                yield GaugeMetricFamily(f"hermes_supervisor_{key}", doc, value=value)
 
     def _recovery(self) -> Iterator[Metric]:
         report = self._report()
         if report is None:
             return
         yield GaugeMetricFamily("hermes_recovery_clean_shutdown",
-                                "Whether the previous run stopped gracefully.",
-                                value=1.0 if report.clean_shutdown else 0.0)
-        for key in _REPORT_FIELDS:
-            yield GaugeMetricFamily(f"hermes_recovery_{key}", f"RecoveryReport.{key} at start.",
+                                "Whether the previous run stopped gracefully (1 on a first "
+                                "start: there was no previous run to lose).",
+                                value=1.0 if report.clean_shutdown or report.new_home else 0.0)
+        for key, doc in _REPORT_FIELDS:
+            yield GaugeMetricFamily(f"hermes_recovery_{key}", doc,
                                     value=float(getattr(report, key)))
-        for key in ("resumed", "suspended"):
-            yield GaugeMetricFamily(f"hermes_recovery_{key}",
-                                    f"Sessions {key} by startup recovery.",
+        for key, doc in (("resumed", "Interrupted sessions the last startup continued."),
+                         ("suspended", "Sessions the last startup suspended as stuck in a "
+                                       "restart loop.")):
+            yield GaugeMetricFamily(f"hermes_recovery_{key}", doc,
                                     value=float(len(getattr(report, key))))
 
     def _store(self) -> Iterator[Metric]:

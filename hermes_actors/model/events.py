@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from hermes_actors.model.ids import new_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import isoformat, parse_timestamp, utc_now
 
@@ -92,6 +93,17 @@ class MessageEvent:
         if self.internal:
             return None
         return parse_command(self.text)
+
+    @property
+    def ingress_key(self) -> str | None:
+        """What names this message on its platform: the conversation (platform, chat id,
+        thread id) and the platform's ``message_id``, as one text; ``None`` for a message
+        without a ``message_id`` and for internal wake-ups. A repeat of an accepted key (a
+        client's retry, a platform's redelivery) is not processed again."""
+        source = self.source
+        if self.internal or source.message_id is None:
+            return None
+        return to_json([source.platform, source.chat_id, source.thread_id, source.message_id])
 
     def with_text(self, text: str, **changes: Any) -> MessageEvent:
         """A copy with other text (and any other field changes); the id is kept."""

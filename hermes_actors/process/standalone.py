@@ -8,7 +8,7 @@ client long-polling the outbox costs a greenlet. The order of a run:
 1. take ``<home>/gateway.lock`` (``Gateway.claim_home()``: a second gateway on the same home,
    standalone or embedded, is refused);
 2. bind the listening socket (a port in use fails before any recovery work);
-3. ``Gateway.start()`` (recovery) — then print its one-line summary;
+3. ``Gateway.start()`` (recovery, which logs its one-line summary);
 4. serve until SIGTERM or SIGINT; new messages are then refused with 503 while running work
    drains for up to ``restart_drain_timeout`` seconds; a second signal ends the drain at
    once (turns still running are interrupted and marked for resumption, as at a deadline),
@@ -35,6 +35,7 @@ from hermes_actors.adapters.http import HttpApi, make_server
 from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, OutboxAdapter
 from hermes_actors.cli import CommandFailed
 from hermes_actors.config import GatewayConfig
+from hermes_actors.errors import ConfigError
 from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 from hermes_actors.runtime.gateway import Gateway
 
@@ -145,8 +146,7 @@ def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) 
     try:
         report = gateway.start()
         freeze_startup_heap()
-        report_box.append(report)
-        print(report.summary(), flush=True)
+        report_box.append(report)  # its summary line was logged by start()
         server.start()
         host, port = server.server_host, server.server_port
         _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
@@ -169,8 +169,20 @@ def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) 
     return 0
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """Log lines on stderr: ``<time> <LEVEL> <logger> <message>``."""
+#: ``HERMES_LOG_LEVEL`` values: ``info`` (default: lifecycle events, one line per HTTP
+#: request), ``debug`` (also one line per finished turn), ``warning``, ``error``.
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR}
+
+
+def configure_logging(level: str | None = None) -> None:
+    """Log lines on stderr: ``<time> <LEVEL> <logger> <message>``, at ``level`` (a key of
+    :data:`LOG_LEVELS`; default ``HERMES_LOG_LEVEL``, else ``info``)."""
+    name = (level or os.environ.get("HERMES_LOG_LEVEL") or "info").strip().lower()
+    if name not in LOG_LEVELS:
+        raise ConfigError(f"HERMES_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, "
+                          f"not {name!r}")
     logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=LOG_LEVELS[name], stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["CRASH_POINTS", "crashpoint"]
+__all__ = ["CRASH_POINTS", "INGRESS_CRASH_POINTS", "crashpoint"]
 
 #: The named points of §15 (more may exist; unknown names are simply never reached).
 CRASH_POINTS = (
@@ -24,6 +24,10 @@ CRASH_POINTS = (
     "during_drain",
     "during_recovery",
 )
+
+#: Points on the way in: a message is durable but its sender has not been answered yet (a
+#: client then retries it; exactly-once ingress must recognise the retry).
+INGRESS_CRASH_POINTS = ("after_message_accepted",)
 
 _ENV = "HERMES_ACTORS_CRASHPOINT"
 _ARMED = os.environ.get(_ENV) or None

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -24,6 +24,8 @@ from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor
 from hermes_actors.runtime.clock import SystemClock
+from hermes_actors.runtime.counters import IngressCounters, QueueGauge, TurnCounters
+from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
@@ -47,9 +49,31 @@ from hermes_actors.runtime.supervisor import SupervisorActor
 from hermes_actors.store.executor import new_rlock
 from hermes_actors.store.store import SessionStore
 
-__all__ = ["Gateway"]
+__all__ = ["Admission", "Gateway"]
 
 log = logging.getLogger("hermes_actors.gateway")
+
+#: What a home that was ever used holds (``state.db``, or the ``sessions`` folder of a
+#: degraded store); a home with neither starts for the first time.
+_STORE_FILES = ("state.db", "sessions")
+#: Seconds ``admit`` waits for the session actor's answer (a mailbox round trip).
+_ANSWER_TIMEOUT = 30.0
+
+
+class Admission(NamedTuple):
+    """What ``Gateway.admit`` did with a message."""
+
+    #: The event's id; for a duplicate, the id of the first event with its ingress key.
+    event_id: str
+    #: The session key the message routes to.
+    session_key: str
+    #: A repeat of an accepted message: nothing was stored or processed.
+    duplicate: bool = False
+    #: The refusal (the queue-full notice) when the session's queue could not take it;
+    #: nothing of the message was kept.
+    refused: str | None = None
+    #: ``queue_depth`` of the session once the message was handled.
+    queue_depth: int = 0
 
 class _Actor(SessionActor):
     use_daemon_thread = True
@@ -75,6 +99,10 @@ class Gateway:
         self.adapters = list(adapters)
         self._agent_factory = agent_factory or agent_factory_from_config(self.config)
         self._home_lock = HomeLock(self.home)
+        #: Messages accepted and refused (by reason) since this gateway was created.
+        self.ingress = IngressCounters()
+        #: Finished turns by status, and their durations.
+        self.turn_counters = TurnCounters()
         self._state = "new"
         #: Guards the state, the restore gate, held events and in-flight submits.
         self._lock = threading.Condition(new_rlock())
@@ -146,6 +174,7 @@ class Gateway:
             raise
 
     def _start(self) -> RecoveryReport:
+        new_home = not any((self.home / name).exists() for name in _STORE_FILES)
         self._store = SessionStore(
             self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
         )
@@ -156,6 +185,7 @@ class Gateway:
             load_transcript=self._store.load_transcript,
         ).proxy()
         self._router = SessionRouter(self._start_session_actor)
+        self._queued = QueueGauge()
         self._services = Services(
             config=self.config,
             store=self._store,
@@ -171,6 +201,8 @@ class Gateway:
             try_retire=self._router.try_retire,
             on_turn_succeeded=self._on_turn_succeeded,
             stopping=self._stopping,
+            turn_counters=self.turn_counters,
+            queued=self._queued,
         )
         self._supervisor = SupervisorActor.start(
             self.home, self._store, self.config, self.clock, delivery
@@ -180,6 +212,7 @@ class Gateway:
         previous = self._store.pending_inbox()
         self._state = "running"
         report, candidates = self._supervisor.recover().get()
+        report.new_home = new_home
         self._counted = self._supervisor.counted_keys().get()
         with self._lock:
             events, report.resumed = plan_startup_dispatch(candidates, previous)
@@ -260,30 +293,72 @@ class Gateway:
 
         Non-blocking with respect to the turn; returns the event id. During startup recovery
         the event is held (already durable) and dispatched right after the recovered work.
+        A repeat of an accepted message (same ``MessageEvent.ingress_key``: platform, chat,
+        thread and ``message_id``) is not processed again: the first event's id is returned
+        and nothing else happens. A message the session's queue cannot take is answered
+        with the queue-full notice through the adapter.
         """
+        return self._submit(event, refusable=False).event_id
+
+    def admit(self, event: MessageEvent) -> Admission:
+        """``submit`` for a host that answers its client itself (the HTTP adapter): a
+        message the session's queue cannot take is refused here (``Admission.refused``)
+        and removed from the store, so nothing of it remains and no notice is sent.
+
+        The session actor decides the refusal, where the queue is; this call waits for its
+        answer (a mailbox round trip, never a turn).
+        """
+        return self._submit(event, refusable=True)
+
+    def _submit(self, event: MessageEvent, refusable: bool) -> Admission:
         if not isinstance(event, MessageEvent):
             raise TypeError("submit() takes a MessageEvent")
         with self._lock:
             if self._state != "running":
+                self.ingress.refused("stopping")
                 raise HermesActorsError("the gateway is not running: messages are not accepted")
             self._inflight += 1
         try:
-            self._accept(event)
+            admission = self._accept(event, refusable)
         finally:
             with self._lock:
                 self._inflight -= 1
                 if self._inflight == 0:
                     self._lock.notify_all()
-        return event.event_id
+        if admission.duplicate:
+            self.ingress.refused("duplicate")
+        elif admission.refused is not None:
+            self.ingress.refused("queue_full")
+        elif not event.internal:
+            self.ingress.accepted()
+        return admission
 
-    def _accept(self, event: MessageEvent) -> None:
+    def _accept(self, event: MessageEvent, refusable: bool = False) -> Admission:
         key = self.store.session_key_for(event.source)
-        self.store.accept_event(key, event)
+        first = self.store.accept_event(key, event)
+        if first != event.event_id:
+            return Admission(first, key, duplicate=True)
+        crashpoint("after_message_accepted")  # durable, not yet acknowledged
+        answer = None
         with self._lock:
             if self._gate_open or (event.internal and self._state == "running"):
-                self._dispatch(key, event)  # internal wake-ups bypass the restore gate
+                # internal wake-ups bypass the restore gate
+                answer = self._dispatch(key, event, refusable)
             elif self._state == "running":
                 self._held.append((key, event))
+        if answer is None:
+            return Admission(event.event_id, key)
+        try:
+            told = answer.get(timeout=_ANSWER_TIMEOUT)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            # It is durable and will run (or replay after a restart); only its depth is
+            # unknown, and a refusal cannot be given any more.
+            log.warning("no answer from the session actor session_key=%s", key)
+            return Admission(event.event_id, key)
+        if told.refused is not None:
+            self.store.withdraw_event(event.event_id)
+        return Admission(event.event_id, key, refused=told.refused,
+                         queue_depth=told.queue_depth)
 
     def _submit_internal(self, event: MessageEvent) -> None:
         """A delegation completion: durable even while stopping (replayed next start)."""
@@ -295,10 +370,16 @@ class Gateway:
         except Exception:  # noqa: BLE001 - the store may be closing under a late completion
             log.exception("internal wake-up could not be recorded")
 
-    def _dispatch(self, key: str, event: MessageEvent) -> None:
+    def _dispatch(self, key: str, event: MessageEvent,
+                  refusable: bool = False) -> pykka.Future | None:
+        """Tell the session's actor (under ``_lock``, which orders concurrent submits); with
+        ``refusable``, ask it instead and return the future of its ``InboundAnswer``."""
         self._tracker.add()
         try:
+            if refusable:
+                return self._router.request(key, Inbound(event, refusable=True))
             self._router.tell(key, Inbound(event))
+            return None
         except Exception:
             self._tracker.done()
             raise
@@ -354,8 +435,7 @@ class Gateway:
             out["delegations_running"] = self._services.delegations.running()
             out["outstanding"] = self._tracker.count
             out["running_turns"] = self._turns.count
-            sessions = [_get(f) for f in self._router.broadcast(GetStatistics())]
-            out["queue_depth_total"] = sum(s.queue_depth for s in sessions if s is not None)
+            out["queue_depth_total"] = self._queued.total
             out["cache"] = self._services.cache.statistics().get()._asdict()
             supervisor = self._supervisor.statistics().get()._asdict()
             supervisor.pop("last_report", None)

@@ -23,9 +23,14 @@ class RecoveryReport:
     suspended: list[str] = field(default_factory=list)
     #: Durable inbox events re-submitted.
     replayed_inbox: int = 0
+    #: The home held no store yet: a first start, with nothing to recover (not a crash,
+    #: although no ``.clean_shutdown`` was found).
+    new_home: bool = False
 
     def summary(self) -> str:
         """One readable line for logs and the CLI."""
+        if self.new_home:
+            return "recovery: new home, nothing to recover"
         return (
             f"recovery: clean_shutdown={self.clean_shutdown} "
             f"recovered_replies={self.recovered_replies} redelivered={self.redelivered} "

@@ -34,6 +34,13 @@ class SessionRouter:
 
     def tell(self, session_key: str, message: Any) -> None:
         """Deliver ``message`` to the session's actor, starting one if none is live."""
+        self._deliver(session_key, lambda ref: ref.tell(message))
+
+    def request(self, session_key: str, message: Any) -> pykka.Future:
+        """Like :meth:`tell`, but the actor's answer comes back in the returned future."""
+        return self._deliver(session_key, lambda ref: _ask_live(ref, message))
+
+    def _deliver(self, session_key: str, send: Callable[[pykka.ActorRef], Any]) -> Any:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the gateway's session actors are stopped")
@@ -44,8 +51,7 @@ class SessionRouter:
                     self._actors[session_key] = ref
                     self.started += 1
                 try:
-                    ref.tell(message)
-                    return
+                    return send(ref)
                 except pykka.ActorDeadError:
                     # It died (a bug): its queue is gone, but the inbox table still has the
                     # events; start a fresh actor for this and later messages.
@@ -105,3 +111,11 @@ class SessionRouter:
                 ref.stop(block=True, timeout=timeout)
             except (pykka.ActorDeadError, pykka.Timeout):
                 pass
+
+
+def _ask_live(ref: pykka.ActorRef, message: Any) -> pykka.Future:
+    """``ref.ask(message, block=False)``, raising for a dead actor as ``tell`` does (pykka
+    puts that error into the future instead, where a restart could not react to it)."""
+    if not ref.is_alive():
+        raise pykka.ActorDeadError(f"{ref} not found")
+    return ref.ask(message, block=False)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_actors.config import GatewayConfig
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
+from hermes_actors.runtime.counters import QueueGauge, TurnCounters
 from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.delivery import Delivery, NoticePool
 
@@ -51,3 +52,7 @@ class Services:
     #: Set when the gateway stops: no actor starts a new turn from then on.
     stopping: threading.Event
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    #: Finished turns by status and duration.
+    turn_counters: TurnCounters = field(default_factory=TurnCounters)
+    #: Events queued in live sessions, over all of them.
+    queued: QueueGauge = field(default_factory=QueueGauge)

@@ -24,6 +24,7 @@ from hermes_actors.runtime.turn import RunningTurn, TurnOutcome, run_turn
 
 __all__ = [
     "Inbound",
+    "InboundAnswer",
     "IdleCheck",
     "Kick",
     "SessionActor",
@@ -51,9 +52,22 @@ NEW_SESSION = "✨ Started a new session."
 
 @dataclass(frozen=True)
 class Inbound:
-    """A submitted event for this session."""
+    """A submitted event for this session; answered with an :class:`InboundAnswer`."""
 
     event: MessageEvent
+    #: The sender can hand a refusal back to its client (HTTP): an event the queue cannot
+    #: take is then answered with the refusal text instead of a notice, and left unconsumed
+    #: for the sender to withdraw.
+    refusable: bool = False
+
+
+class InboundAnswer(NamedTuple):
+    """What became of an :class:`Inbound` event."""
+
+    #: The refusal text (the queue-full notice) when a refusable event was not taken.
+    refused: str | None
+    #: ``queue_depth`` after the event was handled.
+    queue_depth: int
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,8 @@ class SessionActor(LightActor):
         self._turns = 0
         self._warned_unreachable = False
         self._drain_status: str | None = None
+        #: The queue depth last added to ``services.queued``.
+        self._reported_depth = 0
         self._last_activity = services.clock.monotonic()
 
     # -- mailbox --------------------------------------------------------------------------
@@ -153,6 +169,7 @@ class SessionActor(LightActor):
 
     def on_stop(self) -> None:
         self._release_busy()
+        self._report_depth(0)
         if self.running is not None:
             self.running = None
             self._s.turns.done()
@@ -163,7 +180,8 @@ class SessionActor(LightActor):
     def _dispatch(self, message: Any) -> Any:
         if isinstance(message, Inbound):
             self._last_activity = self._s.clock.monotonic()
-            self._on_event(message.event)
+            refused = self._on_event(message.event, message.refusable)
+            return InboundAnswer(refused, self.queue.depth)
         elif isinstance(message, TurnDone):
             self._on_turn_done(message)
         elif isinstance(message, IdleCheck):
@@ -198,9 +216,13 @@ class SessionActor(LightActor):
 
     # -- events ---------------------------------------------------------------------------
 
-    def _on_event(self, event: MessageEvent) -> None:
+    def _on_event(self, event: MessageEvent, refusable: bool = False) -> str | None:
+        """Handle one event; returns the refusal text when a refusable event is refused."""
         command = event.command
-        if command is not None:
+        refused = None
+        if command is not None and command.name == "queue":
+            refused = self._cmd_queue(event, command.args, refusable)
+        elif command is not None:
             handler = getattr(self, f"_cmd_{command.name}")
             handler(event, command.args)
         elif event.internal:
@@ -215,8 +237,9 @@ class SessionActor(LightActor):
             self._followup_interrupt(event)
         else:
             # Queue mode: FIFO like /queue, but still a follow-up (§17.43: /stop drops it).
-            self._enqueue_capped(Queued.of(event, "followup"), event)
+            refused = self._enqueue_capped(Queued.of(event, "followup"), event, refusable)
         self._maybe_start()
+        return refused
 
     def _enqueue_replayed(self, event: MessageEvent) -> None:
         # Replayed after a restart: it was already waiting before, so it queues behind the
@@ -237,28 +260,33 @@ class SessionActor(LightActor):
             self._notify(event, INTERRUPT_ACK)
         self.running.interrupt(event.text)
 
-    def _enqueue_capped(self, item: Queued, event: MessageEvent) -> None:
+    def _enqueue_capped(self, item: Queued, event: MessageEvent,
+                        refusable: bool = False) -> str | None:
         depth = self.queue.depth
         if depth >= self._s.config.queue_max:
+            if refusable:
+                return QUEUE_FULL.format(depth)  # the sender answers it and withdraws it
             self._notify(event, QUEUE_FULL.format(depth), consume="rejected")
-            return
+            return None
         self.queue.enqueue_fifo(item)
         if event.metadata.get("replayed"):
-            return  # acknowledged before the restart already
+            return None  # acknowledged before the restart already
         depth = self.queue.depth
         self._notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)")
+        return None
 
     # -- commands -------------------------------------------------------------------------
 
-    def _cmd_queue(self, event: MessageEvent, prompt: str) -> None:
+    def _cmd_queue(self, event: MessageEvent, prompt: str, refusable: bool = False
+                   ) -> str | None:
         if not prompt and not event.media_urls:
             self._notify(event, QUEUE_USAGE, consume="command")
-            return
+            return None
         item = Queued(event.with_text(prompt), "queued", (event.event_id,))
         if self.running is None and not self.queue:
             self.queue.enqueue_fifo(item)
-        else:
-            self._enqueue_capped(item, event)
+            return None
+        return self._enqueue_capped(item, event, refusable)
 
     def _cmd_stop(self, event: MessageEvent, _args: str) -> None:
         running = self.running is not None
@@ -334,12 +362,18 @@ class SessionActor(LightActor):
     def _on_turn_done(self, message: TurnDone) -> None:
         if self.running is None or self.running.id != message.turn_id:
             return
-        self.running = None
+        turn, self.running = self.running, None
         self._s.turns.done()
+        now = self._s.clock.monotonic()
+        status = message.outcome.status
+        if status != "skipped":
+            self._s.turn_counters.finished(status, now - turn.started)
+            log.debug("turn finished session_key=%s status=%s seconds=%.3f", self.session_key,
+                      status, now - turn.started)
         if self._drain_status == "running":
-            self._drain_status = message.outcome.status
+            self._drain_status = status
         self._turns += 1
-        self._last_activity = self._s.clock.monotonic()
+        self._last_activity = now
         self._maybe_start()
 
     def _on_idle_check(self, check: IdleCheck) -> bool:
@@ -389,7 +423,13 @@ class SessionActor(LightActor):
         if ids:
             self._s.store.consume_events(ids, reason)
 
+    def _report_depth(self, depth: int) -> None:
+        if depth != self._reported_depth:
+            self._s.queued.add(depth - self._reported_depth)
+            self._reported_depth = depth
+
     def _sync_busy(self) -> None:
+        self._report_depth(self.queue.depth)
         busy = self.running is not None or bool(self.queue)
         if busy and not self._holding:
             self._s.tracker.add()

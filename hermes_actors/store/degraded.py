@@ -33,6 +33,7 @@ from hermes_actors.store.ops import (
     Op,
     PruneInbox,
     PutRouting,
+    WithdrawEvent,
 )
 from hermes_actors.store.outbox import MemoryOutbox
 
@@ -55,6 +56,8 @@ class DegradedBackend:
         self._previous = previous
         self._lock = threading.Lock()
         self._inbox: dict[str, dict[str, Any]] = {}
+        #: Ingress key → the event id holding it (``AcceptEvent``).
+        self._ingress: dict[str, str] = {}
         self._seq = 0
         self._ledger: dict[str, dict[str, Any]] = {}
         self._warned_volatile = False
@@ -94,20 +97,32 @@ class DegradedBackend:
             return None
         if isinstance(op, OUTBOX_OPS):
             return self._outbox.apply(op)
-        if isinstance(op, (AcceptEvent, ConsumeEvents, PruneInbox)):
+        if isinstance(op, (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)):
             return self._inbox_op(op)
         return self._ledger_op(op)
 
     def _inbox_op(self, op: Op) -> Any:
         self._volatile()
         if isinstance(op, AcceptEvent):
+            holder = self._ingress.get(op.ingress_key) if op.ingress_key else None
+            if holder is not None and holder in self._inbox:
+                return holder
             if op.event_id not in self._inbox:
                 self._seq += 1
                 self._inbox[op.event_id] = {
                     "seq": self._seq, "session_key": op.session_key, "payload": op.payload,
                     "consumed_at": None, "consumed_reason": None,
+                    "ingress_key": op.ingress_key,
                 }  # fmt: skip
-            return None
+                if op.ingress_key:
+                    self._ingress[op.ingress_key] = op.event_id
+            return op.event_id
+        if isinstance(op, WithdrawEvent):
+            row = self._inbox.get(op.event_id)
+            if row is None or row["consumed_at"] is not None:
+                return 0
+            self._forget(op.event_id)
+            return 1
         if isinstance(op, ConsumeEvents):
             count = 0
             for event_id in op.event_ids:
@@ -122,8 +137,13 @@ class DegradedBackend:
             if r["consumed_at"] is not None and r["consumed_at"] < op.before
         ]  # fmt: skip
         for key in old:
-            del self._inbox[key]
+            self._forget(key)
         return len(old)
+
+    def _forget(self, event_id: str) -> None:
+        row = self._inbox.pop(event_id)
+        if row["ingress_key"]:
+            self._ingress.pop(row["ingress_key"], None)
 
     def _ledger_op(self, op: Op) -> Any:
         self._volatile()

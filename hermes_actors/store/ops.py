@@ -40,6 +40,7 @@ __all__ = [
     "PruneInbox",
     "PutRouting",
     "AppendMessage",
+    "WithdrawEvent",
 ]
 
 #: Ops are records built on the hot path (a turn builds about ten of them): plain dataclasses,
@@ -108,13 +109,25 @@ class AddTokens:
 @_record
 class AcceptEvent:
     """Insert an inbound event into the durable inbox (idempotent by ``event_id``);
-    ``payload`` is the JSON text of ``MessageEvent.to_dict()``."""
+    ``payload`` is the JSON text of ``MessageEvent.to_dict()``. With an ``ingress_key``
+    (``MessageEvent.ingress_key``) that an earlier event holds, nothing is inserted: the
+    check and the insert are this one op. Returns the id of the event that holds the key
+    (this one's when it was accepted)."""
 
     event_id: str
     session_key: str
     payload: str
     internal: bool
     received_at: float
+    ingress_key: str | None = None
+
+
+@_record
+class WithdrawEvent:
+    """Delete an unconsumed inbox event (a message refused after it was made durable:
+    nothing of it stays, so a retry of it is accepted)."""
+
+    event_id: str
 
 
 @_record
@@ -228,6 +241,7 @@ Op = (
     | AppendMessage
     | AddTokens
     | AcceptEvent
+    | WithdrawEvent
     | ConsumeEvents
     | PruneInbox
     | LedgerRecord

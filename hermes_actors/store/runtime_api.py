@@ -35,6 +35,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     PruneInbox,
+    WithdrawEvent,
 )
 from hermes_actors.store.outbox import OutboxStoreMethods
 from hermes_actors.store.transcript import normalize_message
@@ -79,10 +80,15 @@ class RuntimeStoreMethods(OutboxStoreMethods):
 
     # -- durable inbox ----------------------------------------------------------------------
 
-    def accept_event(self, session_key: str, event: MessageEvent) -> None:
-        """Persist an accepted inbound event before it is acknowledged (idempotent by id)."""
+    def accept_event(self, session_key: str, event: MessageEvent) -> str:
+        """Persist an accepted inbound event before it is acknowledged (idempotent by id).
+
+        Returns the event's own id, or, when an earlier event holds its
+        ``MessageEvent.ingress_key`` (a retried or redelivered message), that event's id:
+        then nothing was stored. The check and the insert are one transaction.
+        """
         validate_session_key(session_key)
-        self._apply(
+        return self._apply(
             [
                 AcceptEvent(
                     event_id=event.event_id,
@@ -90,9 +96,15 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                     payload=_payload(event),
                     internal=event.internal,
                     received_at=epoch(event.received_at),
+                    ingress_key=event.ingress_key,
                 )
             ]
-        )
+        )[0]
+
+    def withdraw_event(self, event_id: str) -> bool:
+        """Delete an unconsumed inbox event, leaving nothing of it (a message refused after
+        it was made durable); False when it is unknown or already consumed."""
+        return bool(self._apply([WithdrawEvent(event_id)])[0])
 
     def consume_events(self, event_ids: Iterable[str], reason: str) -> None:
         """Mark inbox events consumed (``turn``, ``command``, ``dropped``...); the first

@@ -185,9 +185,20 @@ ROUTING_RECOVERY_DDL: tuple[str, ...] = (
     ROUTING_RECOVERY_INDEX,
 )
 
+#: Migration 5: exactly-once ingress. An inbound message's ``ingress_key`` (its platform,
+#: chat, thread and platform ``message_id``) is unique among inbox rows, so the duplicate
+#: check and the accept are one ``INSERT``; rows stay 7 days after they are consumed, which
+#: is how long a retried or redelivered message is recognised.
+INGRESS_DDL: tuple[str, ...] = (
+    "ALTER TABLE inbox ADD COLUMN ingress_key TEXT",
+    "CREATE UNIQUE INDEX IF NOT EXISTS inbox_ingress ON inbox (ingress_key)"
+    " WHERE ingress_key IS NOT NULL",
+)
+
 #: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, ROUTING_RECOVERY_DDL
+    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, ROUTING_RECOVERY_DDL,
+    INGRESS_DDL,
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -218,6 +229,10 @@ def repair_canonical_tables(database: pw.Database) -> None:
     with database.atomic():
         for statement in (*CANONICAL_DDL, *OUTBOX_DDL, ROUTING_RECOVERY_INDEX):
             database.execute_sql(statement)
+        columns = {row[1] for row in database.execute_sql("PRAGMA table_info(inbox)")}
+        for statement in INGRESS_DDL:  # a re-created inbox table lacks migration 5's column
+            if "ingress_key" not in columns or not statement.startswith("ALTER"):
+                database.execute_sql(statement)
 
 
 # -- models (latest schema; used for queries) -------------------------------------------------
@@ -309,6 +324,7 @@ class InboxRow(_Model):
     received_at = pw.FloatField()
     consumed_at = pw.FloatField(null=True)
     consumed_reason = pw.TextField(null=True)
+    ingress_key = pw.TextField(null=True)
 
     class Meta:
         table_name = "inbox"

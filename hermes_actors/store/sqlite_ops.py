@@ -36,6 +36,7 @@ from hermes_actors.store.ops import (
     Op,
     PruneInbox,
     PutRouting,
+    WithdrawEvent,
 )
 from hermes_actors.store.outbox import sqlite_outbox_handlers
 from hermes_actors.store.schema import Models
@@ -83,9 +84,11 @@ _ADD_TOKENS_LAST = (
     " last_prompt_tokens = ? WHERE id = ?"
 )
 _ACCEPT_EVENT = (
-    "INSERT INTO inbox (event_id, session_key, payload, internal, received_at)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "INSERT INTO inbox (event_id, session_key, payload, internal, received_at, ingress_key)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
+_INGRESS_HOLDER = "SELECT event_id FROM inbox WHERE ingress_key = ?"
+_WITHDRAW_EVENT = "DELETE FROM inbox WHERE event_id = ? AND consumed_at IS NULL"
 _CONSUME_EVENTS = (
     "UPDATE inbox SET consumed_at = ?, consumed_reason = ?"
     " WHERE event_id IN ({}) AND consumed_at IS NULL"
@@ -139,6 +142,7 @@ class SqliteOps:
             AppendMessage: self._append_message,
             AddTokens: self._add_tokens,
             AcceptEvent: self._accept_event,
+            WithdrawEvent: self._withdraw_event,
             ConsumeEvents: self._consume_events,
             PruneInbox: self._prune_inbox,
             LedgerRecord: self._ledger_record,
@@ -227,11 +231,19 @@ class SqliteOps:
 
     # -- inbox ------------------------------------------------------------------------------
 
-    def _accept_event(self, op: AcceptEvent) -> None:
-        self._db.execute_sql(
+    def _accept_event(self, op: AcceptEvent) -> str:
+        inserted = self._db.execute_sql(
             _ACCEPT_EVENT,
-            (op.event_id, op.session_key, op.payload, 1 if op.internal else 0, op.received_at),
-        )
+            (op.event_id, op.session_key, op.payload, 1 if op.internal else 0, op.received_at,
+             op.ingress_key),
+        ).rowcount
+        if inserted or op.ingress_key is None:
+            return op.event_id
+        holder = self._db.execute_sql(_INGRESS_HOLDER, (op.ingress_key,)).fetchone()
+        return holder[0] if holder is not None else op.event_id
+
+    def _withdraw_event(self, op: WithdrawEvent) -> int:
+        return self._db.execute_sql(_WITHDRAW_EVENT, (op.event_id,)).rowcount
 
     def _consume_events(self, op: ConsumeEvents) -> int:
         return sum(

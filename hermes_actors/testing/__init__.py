@@ -4,6 +4,7 @@ from hermes_actors.adapters.memory import InMemoryAdapter
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.testing.clock import FakeClock
 from hermes_actors.testing.memory import FakeMemoryProbe
+from hermes_actors.testing.rows import db_rows
 from hermes_actors.testing.scripted import Gates, ScriptedAgent, ScriptedFailure
 
 __all__ = [
@@ -14,4 +15,5 @@ __all__ = [
     "ScriptedAgent",
     "ScriptedFailure",
     "crashpoint",
+    "db_rows",
 ]

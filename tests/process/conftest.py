@@ -97,6 +97,12 @@ class GatewayProcess:
         self.port = int(re.search(r"port=(\d+)", ready).group(1))
         self.url = f"http://127.0.0.1:{self.port}"
 
+    def recovery(self) -> str:
+        """The recovery summary the process logged before it was ready (exactly one)."""
+        lines = [line for line in self.stderr.lines if " recovery: " in line]
+        assert len(lines) == 1, lines
+        return lines[0][lines[0].index("recovery: "):]
+
     # -- HTTP -------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, body: object = None, *, raw: bytes | None = None,

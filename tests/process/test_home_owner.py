@@ -81,7 +81,7 @@ class TestEmbeddedAgainstRun:
 
         first.kill()  # the field report's sequence: this used to look like a clean stop
         again = start_gateway("--agent", "scripted")
-        summary = again.stdout.expect("^recovery: ")
+        summary = again.recovery()
         assert "clean_shutdown=False" in summary and "resumed=1" in summary
         [reply] = again.replies("busy", 1)
         assert reply["text"] == "resumed: sleep 60"

@@ -1,6 +1,6 @@
 """A gateway in a child process, driven over stdin/stdout, for tests that really kill it.
 
-stdin: one JSON object a line: ``{"text", "chat_id"?, "user_id"?, "internal"?}`` → submit,
+stdin: one JSON object a line: ``{"text", "chat_id"?, "user_id"?, "message_id"?, "internal"?}`` → submit,
 answered ``ACK <event_id>`` once the event is durable; ``{"idle": <seconds>}`` → ``IDLE true|false``
 from ``wait_idle``; ``{"stop": <drain seconds>}`` → a graceful stop and exit 0. stdout:
 ``READY <report json>``, ``TURN <json message>`` when a turn reaches the agent, ``SENT <json
@@ -81,7 +81,8 @@ def main() -> int:
                 emit(f"IDLE {json.dumps(gw.wait_idle(msg['idle']))}")
                 continue
             src = SessionSource("telegram", chat_id=msg.get("chat_id", "42"),
-                                user_id=msg.get("user_id", "7"))
+                                user_id=msg.get("user_id", "7"),
+                                message_id=msg.get("message_id"))
             event_id = gw.submit(MessageEvent(source=src, text=msg["text"],
                                               internal=msg.get("internal", False)))
             emit(f"ACK {event_id}")

@@ -392,3 +392,46 @@ class TestDeferredFinish:
     def test_bad_state_is_refused_at_once(self, store):
         with pytest.raises(ValueError):
             store.ledger_finish_later("x", "attempting", on_done=lambda: None)
+
+
+class TestIngressKeys:
+    """An event whose ingress key an earlier event holds is not stored: its first holder's
+    id comes back. A withdrawn event leaves nothing, so its key is free again."""
+
+    @pytest.fixture(params=["sqlite", "degraded"])
+    def any_store(self, request, make_store, home):
+        if request.param == "degraded":
+            (home / "state.db").write_bytes(b"this is not a SQLite database\x00" * 200)
+        store = make_store()
+        assert store.degraded == (request.param == "degraded")
+        return store
+
+    def test_repeat_returns_the_first_holder(self, any_store):
+        key = any_store.get_or_create_session(dm()).session_key
+        first = MessageEvent(source=dm("42", message_id="m1"), text="hi")
+        repeat = MessageEvent(source=dm("42", message_id="m1"), text="hi again")
+        assert any_store.accept_event(key, first) == first.event_id
+        assert any_store.accept_event(key, repeat) == first.event_id
+        assert [e.event_id for _, e in any_store.pending_inbox()] == [first.event_id]
+        any_store.consume_events([first.event_id], "turn")
+        assert any_store.accept_event(key, repeat) == first.event_id  # consumed: still known
+
+    def test_withdraw_frees_the_key(self, any_store):
+        key = any_store.get_or_create_session(dm()).session_key
+        refused = MessageEvent(source=dm("42", message_id="m1"), text="hi")
+        any_store.accept_event(key, refused)
+        assert any_store.withdraw_event(refused.event_id)
+        assert any_store.pending_inbox() == []
+        retry = MessageEvent(source=dm("42", message_id="m1"), text="hi")
+        assert any_store.accept_event(key, retry) == retry.event_id
+        any_store.consume_events([retry.event_id], "turn")
+        assert not any_store.withdraw_event(retry.event_id)  # consumed rows stay
+
+    def test_keys_survive_a_reopen(self, make_store):
+        first = make_store()
+        key = first.get_or_create_session(dm()).session_key
+        event = MessageEvent(source=dm("42", message_id="m1"), text="hi")
+        first.accept_event(key, event)
+        first.close()
+        repeat = MessageEvent(source=dm("42", message_id="m1"), text="hi")
+        assert make_store().accept_event(key, repeat) == event.event_id
