@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
+from hermes_actors.model.timeutil import epoch
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery import RecoveryReport
@@ -111,7 +112,9 @@ class SupervisorActor(LightActor):
         store, now = self._store, self._clock.time()
         max_age = marker_max_age(self._config.agent.timeout)
         marked = [e for e in store.flagged_sessions() if e.active_turn_token is not None]
-        replies = store.turn_replies([(e.session_id, e.active_turn_token) for e in marked])
+        replies = store.turn_replies([(e.session_id, e.active_turn_token,
+                                       epoch(e.active_turn_started_at)
+                                       if e.active_turn_started_at else None) for e in marked])
         verdicts = [(e, judge_marker(e, replies.get((e.session_id, e.active_turn_token)), now,
                                      max_age)) for e in marked]
         # Count first: a crash during recovery must not forget that these were mid-turn.

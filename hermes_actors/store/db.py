@@ -56,7 +56,7 @@ from hermes_actors.store.schema import (
     repair_canonical_tables,
 )
 from hermes_actors.store.sqlite_ops import SqliteOps
-from hermes_actors.store.transcript import public_message
+from hermes_actors.store.transcript import public_message, reply_after_marker
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -448,17 +448,31 @@ class SessionDB:
         )
         return rows[0] if rows else None
 
-    def turn_replies(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` of each turn's last final reply, one read job."""
+    def turn_replies(self, turns: list[tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of each turn's reply, one read job: its last
+        final reply row, else a reply its transcript ends with that was written after the
+        marker's start (``started``, epoch; ``transcript.reply_after_marker``)."""
 
         def read() -> dict[tuple[str, str], str]:
             found = {}
-            for sid, token in pairs:
+            for sid, token, started in turns:
                 row = self._database.execute_sql(
                     "SELECT content FROM messages WHERE session_id = ? AND turn_token = ?"
                     " AND is_reply = 1 ORDER BY id DESC LIMIT 1", (sid, token)).fetchone()
                 if row is not None:
                     found[(sid, token)] = row[0]
+                    continue
+                last = self._database.execute_sql(
+                    "SELECT role, content, tool_calls, timestamp, turn_token FROM messages"
+                    " WHERE session_id = ? ORDER BY id DESC LIMIT 1", (sid,)).fetchone()
+                if last is not None:
+                    role, content, calls, timestamp, turn = last
+                    reply = reply_after_marker(
+                        {"role": role, "content": content, "tool_calls": calls,
+                         "timestamp": timestamp, "turn_token": turn}, token, started)
+                    if reply is not None:
+                        found[(sid, token)] = reply
             return found
 
         return self._read(read)

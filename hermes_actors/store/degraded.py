@@ -36,6 +36,7 @@ from hermes_actors.store.ops import (
     WithdrawEvent,
 )
 from hermes_actors.store.outbox import MemoryOutbox
+from hermes_actors.store.transcript import reply_after_marker
 
 __all__ = ["DegradedBackend"]
 
@@ -222,13 +223,29 @@ class DegradedBackend:
                 found = None
         return found
 
-    def turn_replies(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` for each turn with a final reply."""
+    def turn_replies(self, turns: list[tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` for each turn with a reply: its final reply
+        line, else a reply the transcript ends with (``transcript.reply_after_marker``)."""
         found = {}
-        for sid, token in pairs:
+        for sid, token, started in turns:
             row = self.turn_reply(sid, token)
             if row is not None:
                 found[(sid, token)] = row["content"]
+                continue
+            records = self._transcripts.records(sid)
+            if records:
+                reply = reply_after_marker(records[-1], token, started)
+            elif self._previous is not None:
+                try:
+                    reply = self._previous.turn_replies([(sid, token, started)]).get(
+                        (sid, token))
+                except StoreError:
+                    reply = None
+            else:
+                reply = None
+            if reply is not None:
+                found[(sid, token)] = reply
         return found
 
     def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:

@@ -276,6 +276,12 @@ class Backend(Protocol):
         """The last persisted final reply of the turn ``token`` in ``session_id``."""
         ...
 
+    def turn_replies(self, turns: list[tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of the reply of each ``(session_id, token,
+        marker start)`` turn that has one (``transcript.reply_after_marker``)."""
+        ...
+
     def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
         """Unconsumed inbox events as ``(session_key, payload)`` in arrival order."""
         ...

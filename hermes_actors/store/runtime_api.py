@@ -222,11 +222,18 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         """The persisted final reply (``is_reply``) of turn ``token``, for crash recovery."""
         return self._backend.turn_reply(validate_session_id(session_id), token)
 
-    def turn_replies(self, turns: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` of the persisted final reply of each turn that
-        has one, in one read (recovery judges 1,000 markers without 1,000 round trips)."""
-        pairs = [(validate_session_id(sid), token) for sid, token in turns]
-        return self._backend.turn_replies(pairs) if pairs else {}
+    def turn_replies(self, turns: Iterable[tuple[str, str] | tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of the persisted reply of each turn that has
+        one, in one read (recovery judges 1,000 markers without 1,000 round trips).
+
+        An item may carry a third element, the marker's start (epoch seconds): then a reply
+        the transcript ends with that no turn of the gateway recorded (an agent writing its
+        own rows, a migrated store) counts too when it is not older than that start.
+        """
+        triples = [(validate_session_id(t[0]), t[1], t[2] if len(t) > 2 else None)
+                   for t in turns]
+        return self._backend.turn_replies(triples) if triples else {}
 
     def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
                        ledger_on: bool = True) -> int:

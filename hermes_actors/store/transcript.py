@@ -15,7 +15,7 @@ from typing import Any
 
 from hermes_actors.model.timeutil import parse_timestamp
 
-__all__ = ["ROLES", "normalize_message", "public_message"]
+__all__ = ["ROLES", "normalize_message", "public_message", "reply_after_marker"]
 
 #: The roles a transcript message may have.
 ROLES = ("user", "assistant", "tool", "system")
@@ -89,3 +89,27 @@ def public_message(
     if token_count is not None:
         out["token_count"] = token_count
     return out
+
+
+def reply_after_marker(last: Mapping[str, Any] | None, token: str,
+                       started: float | None) -> str | None:
+    """The reply of an interrupted turn found in its transcript without the gateway's own
+    reply row (§7 step 2, §17.55): an agent that writes its own transcript rows, or a store
+    migrated from the reference gateway, leaves the answer as the session's last message.
+
+    ``last`` is that message as stored (with its ``turn_token``, ``None`` for rows written
+    outside a turn); it counts as the turn's reply when it is an assistant answer (text, no
+    tool calls), written by this turn or by no turn, and not older than the marker's start
+    (``started``, epoch seconds: a previous turn's reply is never adopted).
+    """
+    if last is None or started is None or last.get("role") != "assistant":
+        return None
+    content = last.get("content")
+    if not isinstance(content, str) or not content.strip() or last.get("tool_calls"):
+        return None
+    if last.get("turn_token") not in (None, token):
+        return None
+    timestamp = last.get("timestamp")
+    if not isinstance(timestamp, (int, float)) or timestamp < started:
+        return None
+    return content

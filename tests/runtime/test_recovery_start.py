@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from hermes_actors import EchoAgent, Gateway, InMemoryAdapter, SessionSource, load_config
+from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.store import SessionStore
+from hermes_actors.store.transcript import reply_after_marker
 from hermes_actors.testing import FakeClock
 
 
@@ -51,3 +53,127 @@ def test_recovered_reply_is_delivered_once_and_markers_are_settled(tmp_path, led
             assert gw.store.ledger_rows(("pending", "attempting", "failed")) == []
     finally:
         gw.stop(drain_timeout=5)
+
+
+class _CountingAgent(EchoAgent):
+    """An echo agent that records every message it is asked to answer."""
+
+    def __init__(self, runs: list[str]) -> None:
+        super().__init__()
+        self._runs = runs
+
+    def run_turn(self, request):
+        self._runs.append(request.message)
+        return super().run_turn(request)
+
+
+def _foreign_reply_home(home, clock, reply: str | None, *, internal: bool = False,
+                        reply_age: float = 0.0, degraded: bool = False) -> str:
+    """A session mid-turn whose transcript rows were written without the gateway's turn
+    tags (an agent writing its own rows, a store migrated from the reference gateway): the
+    user message, then, when given, the reply ``reply_age`` seconds before the marker."""
+    if degraded:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "state.db").write_bytes(b"this is not a SQLite database\x00" * 200)
+    store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+    assert store.degraded == degraded
+    entry = store.get_or_create_session(SessionSource("telegram", chat_id="9", user_id="7"))
+    store.append_message(entry.session_id, {"role": "user", "content": "question"})
+    if reply is not None and reply_age:
+        store.append_message(entry.session_id, {"role": "assistant", "content": reply,
+                                                "timestamp": clock.time() - reply_age})
+    clock.advance(5)
+    store.mark_turn_active(entry.session_key, internal=internal)
+    if reply is not None and not reply_age:
+        clock.advance(2)
+        store.append_message(entry.session_id, {"role": "assistant", "content": reply})
+    store.close()
+    return entry.session_key
+
+
+class TestReplyInTheTranscript:
+    """A marked turn whose reply is already the transcript's last message (written by no turn
+    of the gateway, after the marker) is delivered once as recovered, never re-run; a silence
+    marker is owed nothing on an internal turn and the silence notice on a human one; a reply
+    older than the marker belongs to an earlier turn and the turn resumes instead."""
+
+    def _start(self, home, clock, runs):
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(home, config=load_config({}, env={}),
+                     agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
+                     clock=clock)
+        return gw, adapter, gw.start()
+
+    @pytest.mark.parametrize("degraded", [False, True])
+    def test_delivered_once_as_recovered_and_not_rerun(self, tmp_path, degraded):
+        clock, runs = FakeClock(), []
+        home = tmp_path / "home"
+        key = _foreign_reply_home(home, clock, "the answer", degraded=degraded)
+        gw, adapter, report = self._start(home, clock, runs)
+        try:
+            assert gw.wait_idle(10)
+            assert report.recovered_replies == 1 and report.resumed == []
+            assert adapter.texts("9") == [RECOVERED_PREFIX + "the answer"]
+            assert runs == []
+            entry = gw.store.get(key)
+            assert entry.active_turn_token is None and not entry.resume_pending
+            [row] = gw.store.ledger_rows()
+            assert (row["kind"], row["state"]) == ("recovered", "delivered")
+        finally:
+            gw.stop(drain_timeout=5)
+        # a second (clean) start owes nothing more
+        gw, adapter, report = self._start(home, clock, runs)
+        try:
+            assert gw.wait_idle(10) and adapter.sent == [] and runs == []
+        finally:
+            gw.stop(drain_timeout=5)
+
+    def test_silence_on_a_human_turn_becomes_the_notice(self, tmp_path):
+        clock, runs = FakeClock(), []
+        _foreign_reply_home(tmp_path / "home", clock, "NO_REPLY")
+        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        try:
+            assert gw.wait_idle(10)
+            assert adapter.texts("9") == [SILENCE_NOTICE] and runs == []
+            assert report.resumed == []
+        finally:
+            gw.stop(drain_timeout=5)
+
+    def test_silence_on_an_internal_turn_is_owed_nothing(self, tmp_path):
+        clock, runs = FakeClock(), []
+        key = _foreign_reply_home(tmp_path / "home", clock, "[SILENT]", internal=True)
+        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        try:
+            assert gw.wait_idle(10)
+            assert adapter.sent == [] and runs == [] and report.resumed == []
+            assert gw.store.get(key).active_turn_token is None
+            assert gw.store.ledger_rows() == []
+        finally:
+            gw.stop(drain_timeout=5)
+
+    def test_an_earlier_turns_reply_is_not_adopted(self, tmp_path):
+        clock, runs = FakeClock(), []
+        key = _foreign_reply_home(tmp_path / "home", clock, "old answer", reply_age=1.0)
+        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        try:
+            assert gw.wait_idle(10)
+            assert report.recovered_replies == 0 and report.resumed == [key]
+            assert len(runs) == 1 and "interrupted by a gateway restart" in runs[0]
+            assert not any(t.startswith(RECOVERED_PREFIX) for t in adapter.texts("9"))
+        finally:
+            gw.stop(drain_timeout=5)
+
+    @pytest.mark.parametrize("last", [
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "calling", "tool_calls": [{"name": "x"}]},
+        {"role": "assistant", "content": "   "},
+    ])
+    def test_a_tool_step_or_blank_text_is_no_reply(self, last):
+        assert reply_after_marker({**last, "timestamp": 10.0, "turn_token": None}, "t",
+                                  5.0) is None
+
+    def test_another_turns_row_is_no_reply(self):
+        row = {"role": "assistant", "content": "x", "timestamp": 10.0}
+        assert reply_after_marker({**row, "turn_token": "t"}, "t", 5.0) == "x"
+        assert reply_after_marker({**row, "turn_token": "other"}, "t", 5.0) is None
+        assert reply_after_marker({**row, "turn_token": None}, "t", None) is None
