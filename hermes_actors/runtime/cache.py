@@ -124,7 +124,9 @@ class AgentCacheActor(LightActor):
     ``anon_bytes()`` and ``limit_bytes()`` (default: the real :class:`MemoryProbe`);
     ``load_transcript(session_id)`` gives the messages an evicted agent commits to memory
     (without it ``commit_memory`` is skipped: there is nothing to commit from). It runs on
-    the actor's thread during an eviction.
+    the actor's thread during an eviction. ``current_session_id(session_key)`` (the store's
+    routing, ``None`` for an unknown key) tells a checkin whether the conversation its agent
+    served is still current.
     """
 
     use_daemon_thread = True
@@ -136,8 +138,10 @@ class AgentCacheActor(LightActor):
         *,
         probe: Any = None,
         load_transcript: Callable[[str], list[dict]] | None = None,
+        current_session_id: Callable[[str], str | None] | None = None,
     ) -> None:
         super().__init__()
+        self._current_session_id = current_session_id
         self._settings = settings
         self._clock = clock
         self._probe = probe if probe is not None else MemoryProbe()
@@ -211,6 +215,15 @@ class AgentCacheActor(LightActor):
                 self._close(session_key, agent)
             return
         slot = self._slots.get(session_key)
+        if self._ended(session_key, session_id):
+            # The conversation this agent served ended while a turn held it (/new, /reset,
+            # a suspension's rotation), in whatever order that raced with this checkin: a
+            # boundary, so it is closed now and never cached. (Had the discard come after
+            # this checkin, it would have found the agent cached and closed it itself.)
+            if slot is not None and slot.agent is agent:
+                del self._slots[session_key]
+            self._close(session_key, agent)
+            return
         if persisted is None:  # unused: the turn never began
             if slot is not None and slot.agent is agent:
                 slot.in_use = False
@@ -238,6 +251,12 @@ class AgentCacheActor(LightActor):
             for skipped in plan.skipped:
                 if skipped.reason == IN_USE:
                     self._slots.move_to_end(skipped.key)
+
+    def _ended(self, session_key: str, session_id: str) -> bool:
+        if self._current_session_id is None:
+            return False
+        current = self._current_session_id(session_key)
+        return current is not None and current != session_id
 
     # -- boundaries -----------------------------------------------------------------------
 

@@ -183,6 +183,7 @@ class Gateway:
         cache = AgentCacheActor.start(
             self.config.agent.agent_cache, self.clock, probe=self.memory_probe or MemoryProbe(),
             load_transcript=self._store.load_transcript,
+            current_session_id=self._store.current_session_id,
         ).proxy()
         self._router = SessionRouter(self._start_session_actor)
         self._queued = QueueGauge()

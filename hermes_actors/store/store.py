@@ -59,6 +59,11 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
         """The entry of ``key``, or ``None``."""
         return self._entries.get(key)
 
+    def current_session_id(self, key: str) -> str | None:
+        """The ``session_id`` the key routes to now, or ``None`` for an unknown key."""
+        entry = self._entries.get(key)
+        return entry.session_id if entry is not None else None
+
     def list_sessions(self) -> list[SessionEntry]:
         """Every routing entry (a snapshot; parses every entry not parsed yet)."""
         return self._entries.values()

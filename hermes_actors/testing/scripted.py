@@ -92,6 +92,8 @@ class ScriptedAgent:
         self.log: list = log if log is not None else []
         self._interrupted = threading.Event()
         self.closed = False
+        #: How many times ``close()`` was called (a boundary closes an agent exactly once).
+        self.closes = 0
         self.released = 0
         self.committed: list[list[dict]] = []
 
@@ -161,8 +163,9 @@ class ScriptedAgent:
         self.released += 1
 
     def close(self) -> None:
-        """Mark closed."""
+        """Mark closed (and count it)."""
         self.closed = True
+        self.closes += 1
         self._interrupted.set()
 
 

@@ -64,10 +64,13 @@ class Cache:
         self.clock = FakeClock()
         self.probe = FakeMemoryProbe(anon_mb=0.0, limit_mb=limit_mb)
         self.calls: list = []
+        #: The routing the cache consults: session key -> current session id (a key not
+        #: here is unknown).
+        self.current: dict[str, str] = {}
         settings.setdefault("memory_high_mb", None)
         self.ref = AgentCacheActor.start(
             AgentCacheConfig(**settings), self.clock, probe=self.probe,
-            load_transcript=transcript,
+            load_transcript=transcript, current_session_id=self.current.get,
         )
         self.proxy = self.ref.proxy()
 
@@ -429,3 +432,70 @@ class TestBoundaries:
     def test_runs_on_a_daemon_thread(self):
         assert AgentCacheActor.use_daemon_thread is True
         assert issubclass(AgentCacheActor, pykka.ThreadingActor)
+
+
+class TestBoundaryInterleavings:
+    """An agent whose conversation /new (or /reset) ended is closed exactly once, in every
+    order of the turn's checkout and checkin, the routing change and the discard (issue 17.5:
+    a first turn's agent is not in the cache when /new discards)."""
+
+    def _new(self, c: Cache, key: str) -> bool:
+        """What /new does: the routing moves to a new session id, then the cache discards."""
+        c.current[key] = f"new-{key}"
+        return c.proxy.discard(key).get()
+
+    def test_first_turn_agent_checked_in_after_new(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        assert c.checkout("a") is None  # a first turn: the factory makes the agent
+        assert self._new(c, "a") is False  # nothing cached to discard yet
+        c.put("a", c.agent("a"))  # the interrupted first turn ends
+        assert c.calls == [("a", "close")]
+        assert c.stats().size == 0 and c.stats().closed == 1
+        assert c.checkout("a", "new-a") is None  # the new session gets a fresh agent
+
+    def test_routing_changed_but_checkin_came_before_the_discard(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        c.put("a", c.agent("a"))
+        assert c.calls == []
+        assert self._new(c, "a") is True
+        assert c.calls == [("a", "close")]
+
+    def test_checkin_between_routing_change_and_discard(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        agent = c.agent("a")
+        c.current["a"] = "new-a"  # reset committed, discard not yet sent
+        c.put("a", agent)
+        assert c.proxy.discard("a").get() is False
+        assert c.calls == [("a", "close")]
+
+    def test_cached_agent_out_for_a_turn_when_new_comes(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        a = c.put("a")
+        assert c.checkout("a") is a
+        assert self._new(c, "a") is True  # retired: closed when its turn ends
+        assert c.calls == []
+        c.put("a", a)
+        assert c.calls == [("a", "close")]
+        assert c.stats().retired == 0 and c.stats().closed == 1
+
+    def test_unused_loan_returned_after_new(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        a = c.put("a")
+        assert c.checkout("a") is a
+        c.current["a"] = "new-a"
+        c.proxy.checkin("a", "sid-a", a, persisted=None).get()  # its turn never began
+        assert c.proxy.discard("a").get() is False
+        assert c.calls == [("a", "close")]
+
+    def test_current_session_keeps_its_agent(self, make_cache):
+        c = make_cache()
+        c.current["a"] = "sid-a"
+        a = c.put("a")
+        assert c.checkout("a") is a and c.calls == []
+        c.put("b")  # a key the routing does not know is cached as before
+        assert c.stats().size == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hermes_actors import MessageEvent, SessionSource
 
 
@@ -129,3 +131,35 @@ class TestBoundaries:
         assert not two.closed
         h.gw.stop(drain_timeout=5)
         assert two.closed and two.released == 0
+
+
+class TestNewDuringTheFirstTurn:
+    """The agent a session's first turn made is closed once when /new or /reset cuts that
+    turn (it was never in the cache for the discard to find), and only that agent."""
+
+    @pytest.mark.parametrize("command", ["/new", "/reset"])
+    def test_first_turn_agent_is_closed_once(self, make_harness, command):
+        h = make_harness(busy_input_mode="queue")
+        h.send("wait g")
+        assert h.gates.wait_until_waiting("g")
+        h.send("one")
+        h.send("two")
+        h.send(command)
+        h.idle()
+        [first] = h.agents
+        assert first.closes == 1 and first.released == 0
+        h.send("after")
+        h.idle()
+        assert len(h.agents) == 2 and h.agents[1].closes == 0
+        assert [s.message for s in h.log] == ["wait g", "after"]
+        h.gw.stop(drain_timeout=5)
+        assert [a.closes for a in h.agents] == [1, 1]
+
+    def test_first_turn_that_finished_before_new(self, make_harness):
+        h = make_harness()
+        h.send("hello")
+        h.idle()
+        h.send("/new")
+        h.idle()
+        [first] = h.agents
+        assert first.closes == 1
