@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
+from hermes_actors.model.commands import COMMANDS, Command, parse_command
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.source import SessionSource
@@ -23,43 +24,6 @@ class MessageType(str, Enum):
     VOICE = "voice"
     DOCUMENT = "document"
     COMMAND = "command"
-
-
-#: Command words recognised from a message's text, mapped to their canonical name.
-COMMANDS = {
-    "/new": "new",
-    "/reset": "reset",
-    "/stop": "stop",
-    "/queue": "queue",
-    "/q": "queue",
-    "/status": "status",
-}
-
-
-class Command(NamedTuple):
-    """A recognised command: its canonical name and the text after the command word."""
-
-    name: str
-    args: str
-
-
-def parse_command(text: str) -> Command | None:
-    """Recognise ``/new``, ``/reset``, ``/stop``, ``/queue``/``/q``, ``/status``.
-
-    Command words are case-insensitive; a Telegram-style ``/stop@botname`` is accepted.
-    """
-    stripped = text.strip()
-    if not stripped.startswith("/"):
-        return None
-    word, _, rest = stripped.partition(" ")
-    if "\n" in word:
-        word, _, more = word.partition("\n")
-        rest = more + (" " + rest if rest else "")
-    word = word.split("@", 1)[0].lower()
-    name = COMMANDS.get(word)
-    if name is None:
-        return None
-    return Command(name, rest.strip())
 
 
 @dataclass(frozen=True)

@@ -158,4 +158,4 @@ def _becomes_turn(event: MessageEvent) -> bool:
     if event.internal:
         return False
     command = event.command
-    return command is None or (command.name == "queue" and bool(command.args))
+    return command is None or command.becomes_turn

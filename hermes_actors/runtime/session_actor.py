@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import pykka
 
+from hermes_actors.model.commands import help_text
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.runtime.queueing import Queued, SessionQueue
 from hermes_actors.runtime.services import Services
@@ -48,6 +49,8 @@ QUEUE_FULL = (
 STOPPED = "Stopped"
 NOTHING_TO_STOP = "No active task to stop"
 NEW_SESSION = "✨ Started a new session."
+#: ``/new`` or ``/reset`` that cut a running turn says so.
+NEW_SESSION_CUT = "✨ Started a new session. The running turn was stopped."
 
 
 @dataclass(frozen=True)
@@ -223,8 +226,7 @@ class SessionActor(LightActor):
         if command is not None and command.name == "queue":
             refused = self._cmd_queue(event, command.args, refusable)
         elif command is not None:
-            handler = getattr(self, f"_cmd_{command.name}")
-            handler(event, command.args)
+            self._COMMANDS[command.name](self, event, command.args)
         elif event.internal:
             self.queue.enqueue_fifo(Queued.of(event, "internal"))
         elif self.running is None and not self.queue:
@@ -300,6 +302,7 @@ class SessionActor(LightActor):
                      consume="command")
 
     def _cmd_new(self, event: MessageEvent, _args: str) -> None:
+        cut = self.running is not None and not self.running.settled
         if self.running is not None:
             self.running.interrupt("/new")
         dropped = self.queue.clear_human()
@@ -311,21 +314,52 @@ class SessionActor(LightActor):
         if store.reset_session(self.session_key) is None:
             store.get_or_create_session(event.source, force_new=True)
         self._track(self._s.cache.discard(self.session_key))
-        self._notify(event, NEW_SESSION, consume="command")
-
-    _cmd_reset = _cmd_new
+        self._notify(event, NEW_SESSION_CUT if cut else NEW_SESSION, consume="command")
 
     def _cmd_status(self, event: MessageEvent, _args: str) -> None:
         entry = self._s.store.get(self.session_key)
         lines = [f"Session: {entry.session_id if entry else '(none yet)'}"]
         lines.append(f"Queue depth: {self.queue.depth}")
-        lines.append("Turn: running" if self.running is not None else "Turn: idle")
+        if self.running is None:
+            lines.append("Turn: idle")
+        else:
+            ran = self._s.clock.monotonic() - self.running.started
+            lines.append(f"Turn: running for {format_duration(ran)}")
         if entry is not None:
             if entry.resume_pending:
                 lines.append(f"Resume pending: {entry.resume_reason or 'yes'}")
             if entry.suspended:
                 lines.append("Suspended: the next message starts a new session")
-        self._notify(event, "\n".join(lines), consume="command")
+        session_id = entry.session_id if entry is not None else None
+        store, tracker = self._s.store, self._s.tracker
+
+        def answer() -> None:
+            # The transcript count is a store read: done here, not in the mailbox.
+            try:
+                count = store.message_count(session_id) if session_id else 0
+                lines.insert(1, f"Messages: {count}")
+            except Exception:  # noqa: BLE001 - the rest of the status is still worth sending
+                log.exception("message count failed session_key=%s", self.session_key)
+            finally:
+                try:
+                    self._notify(event, "\n".join(lines), consume="command")
+                finally:
+                    tracker.done()
+
+        tracker.add()
+        spawn(answer, "status")
+
+    def _cmd_help(self, event: MessageEvent, _args: str) -> None:
+        self._notify(event, help_text(), consume="command")
+
+    #: Command name -> handler (``/queue`` is handled apart: it can be refused).
+    _COMMANDS = {
+        "new": _cmd_new,
+        "reset": _cmd_new,
+        "stop": _cmd_stop,
+        "status": _cmd_status,
+        "help": _cmd_help,
+    }
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -441,3 +475,13 @@ class SessionActor(LightActor):
         if self._holding:
             self._holding = False
             self._s.tracker.done()
+
+
+def format_duration(seconds: float) -> str:
+    """``12s``, ``3m 05s``, ``2h 04m``: how long a turn has run, for ``/status``."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"

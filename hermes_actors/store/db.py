@@ -437,6 +437,11 @@ class SessionDB:
             (session_id, session_id, before_turn),
         ))
 
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has."""
+        return self._read(lambda: self._database.execute_sql(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
+
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The last persisted final reply (``is_reply``) of turn ``token``, or ``None``."""
         rows = self._read(

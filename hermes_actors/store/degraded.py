@@ -213,6 +213,10 @@ class DegradedBackend:
         return (self._previous_messages(session_id)
                 + self._transcripts.load(session_id, before_turn=before_turn))
 
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has (old database and JSONL)."""
+        return len(self.load_messages(session_id))
+
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The turn's final reply from the JSONL file, else from the old database."""
         found = self._transcripts.turn_reply(session_id, token)

@@ -272,6 +272,10 @@ class Backend(Protocol):
         before turn ``before_turn``'s first one, when given)."""
         ...
 
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has."""
+        ...
+
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The last persisted final reply of the turn ``token`` in ``session_id``."""
         ...

@@ -82,6 +82,10 @@ class SessionStore(RuntimeStoreMethods, StoreCore):
             return self._backend.load_messages(sid)
         return self._backend.load_messages(sid, before_turn=before_turn)
 
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has (``/status``)."""
+        return self._backend.message_count(validate_session_id(session_id))
+
     # -- the state machine (§6) -------------------------------------------------------------
 
     def get_or_create_session(

@@ -147,3 +147,31 @@ class TestWriterProcess:
         gateway.stderr.expect("DEGRADED mode")
         status, _, body = gateway.request("GET", "/healthz")
         assert status == 200 and body["degraded"] is True
+
+
+class TestLogLines:
+    """One access line per HTTP request; one line per finished turn at debug level; a bad
+    ``HERMES_LOG_LEVEL`` is a configuration error."""
+
+    def test_access_and_turn_lines(self, start_gateway):
+        gateway = start_gateway(env={"HERMES_LOG_LEVEL": "debug"})
+        gateway.post("logs", "hello")
+        gateway.replies("logs", 1)
+        line = gateway.stderr.expect(r"method=POST path=/v1/messages status=202 ms=\d")
+        assert "hermes_actors.http.access" in line
+        turn = gateway.stderr.expect(r"turn finished session_key=agent:main:webhook:dm:logs")
+        assert "status=completed seconds=" in turn
+
+    def test_info_level_has_access_lines_but_no_turn_lines(self, start_gateway):
+        gateway = start_gateway()
+        gateway.post("quiet", "hello")
+        gateway.replies("quiet", 1)
+        gateway.stderr.expect(r"method=GET path=/v1/outbox status=200")
+        assert gateway.stop() == 0
+        assert "turn finished" not in gateway.stderr.text()
+
+    def test_bad_level_exits_2(self, tmp_path):
+        result = run_cli("run", "--home", str(tmp_path / "h"), "--port", "0",
+                         env={"HERMES_LOG_LEVEL": "chatty"})
+        assert result.returncode == 2
+        assert "HERMES_LOG_LEVEL" in result.stderr and "Traceback" not in result.stderr

@@ -22,7 +22,7 @@ from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import supervisor as supervisor_module
 from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
-from hermes_actors.runtime.session_actor import NEW_SESSION
+from hermes_actors.runtime.session_actor import NEW_SESSION_CUT
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.runtime_api import SessionRotatedError
 from hermes_actors.store.store import SessionStore
@@ -294,11 +294,11 @@ class TestFirstMessage:
         assert gw.wait_idle(10)
         entry = gw.store.get(KEY)
         assert gw.store.load_transcript(entry.session_id) == [], "the dropped message leaked"
-        assert adapter.texts() == [NEW_SESSION]
+        assert adapter.texts() == [NEW_SESSION_CUT]  # it cut the starting turn
         assert gw.store.pending_inbox() == []
         submit(gw, "after")
         assert gw.wait_idle(10)
-        assert adapter.texts() == [NEW_SESSION, "echo: after"]
+        assert adapter.texts() == [NEW_SESSION_CUT, "echo: after"]
         gw.stop()
 
     def test_a_failure_after_the_turn_began_is_a_failed_turn(self, tmp_path, monkeypatch):

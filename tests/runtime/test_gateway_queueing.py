@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hermes_actors.runtime.session_actor import (
     INTERRUPT_ACK,
-    NEW_SESSION,
+    NEW_SESSION_CUT,
     NOTHING_TO_STOP,
     QUEUE_FULL,
     QUEUE_USAGE,
@@ -153,7 +153,7 @@ class TestNew:
         entry = h.gw.store.get(h.key())
         assert entry.session_id != old
         assert entry.prev_session_id == old and entry.is_fresh_reset
-        assert NEW_SESSION in h.texts()
+        assert NEW_SESSION_CUT in h.texts()  # it cut the held turn
         assert h.seen() == ["hi", "hold g", "wake-up"]
         assert h.log[-1].session_id == entry.session_id
         assert h.agents[0].closed is True
