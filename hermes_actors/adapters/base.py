@@ -1,13 +1,14 @@
-"""The ``PlatformAdapter`` protocol and ``SendResult`` (§1.1)."""
+"""The ``PlatformAdapter`` protocol and ``SendResult`` (§1.1), and the optional richer
+``deliver`` of an adapter that wants to know what it sends (:class:`DeliveryAwareAdapter`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["PlatformAdapter", "SendResult"]
+__all__ = ["DeliveryAwareAdapter", "Outgoing", "PlatformAdapter", "SendResult"]
 
 
 @dataclass(frozen=True)
@@ -30,4 +31,27 @@ class PlatformAdapter(Protocol):
 
     def send(self, target: SessionSource, text: str) -> SendResult:
         """Send ``text`` to the chat (and thread) named by ``target``."""
+        ...
+
+
+class Outgoing(NamedTuple):
+    """One text the gateway delivers, with what the delivery ledger knows about it."""
+
+    #: The chat (and thread) it goes to.
+    target: SessionSource
+    #: The text, as sent (a redelivery carries the recovered prefix).
+    text: str
+    #: ``reply``, ``recovered`` or ``notice``.
+    kind: str
+    #: The ids of the inbound events it answers (empty when unknown: a recovered reply).
+    in_reply_to: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class DeliveryAwareAdapter(Protocol):
+    """An adapter that takes the whole :class:`Outgoing` record: the gateway then calls
+    ``deliver`` instead of ``send`` (the HTTP outbox keeps the kind and the event ids)."""
+
+    def deliver(self, outgoing: Outgoing) -> SendResult:
+        """Deliver ``outgoing``."""
         ...

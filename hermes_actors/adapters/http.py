@@ -350,6 +350,7 @@ def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
         "text": row["text"],
         "kind": row["kind"],
         "created_at": isoformat(from_epoch(row["created_at"])),
+        "in_reply_to": (row.get("in_reply_to") or "").split(),
     }
 
 

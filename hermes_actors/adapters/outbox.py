@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hermes_actors.adapters.base import SendResult
+from hermes_actors.adapters.base import Outgoing, SendResult
 from hermes_actors.errors import HermesActorsError
 from hermes_actors.model.platform import normalize_platform
 from hermes_actors.model.source import SessionSource
-from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 
 __all__ = ["DEFAULT_RETENTION_DAYS", "Outbox", "OutboxAdapter"]
 
@@ -33,7 +32,7 @@ log = logging.getLogger("hermes_actors.outbox")
 
 #: Outbox rows older than this are pruned.
 DEFAULT_RETENTION_DAYS = 7.0
-#: The ``kind`` of a reply whose ledger row cannot be found (ledger off, or a direct send).
+#: The ``kind`` of a text sent without the delivery's record (a direct ``send``).
 DEFAULT_KIND = "reply"
 
 
@@ -67,20 +66,22 @@ class Outbox:
         """Whether :meth:`close` was called (readers are released, appends refused)."""
         return self._closed
 
-    def append(self, target: SessionSource, text: str, kind: str | None = None) -> int:
-        """Store a reply to ``target``'s chat and wake its readers; returns the cursor."""
+    def append(self, target: SessionSource, text: str, kind: str = DEFAULT_KIND,
+               in_reply_to: tuple[str, ...] = ()) -> int:
+        """Store a reply to ``target``'s chat (answering the events ``in_reply_to``) and wake
+        its readers; returns the cursor."""
         if self._closed:
             raise HermesActorsError("the outbox is closed")
         store = self.store
-        key = store.session_key_for(target)
         cursor = store.outbox_append(
-            session_key=key,
+            session_key=store.session_key_for(target),
             platform=target.platform,
             chat_id=target.chat_id,
             thread_id=target.thread_id,
             text=text,
-            kind=kind or self._ledger_kind(store, key, target, text),
+            kind=kind,
             floor=self._high,
+            in_reply_to=in_reply_to,
         )
         chat = (target.platform, target.chat_id)
         with self._cond:
@@ -89,21 +90,6 @@ class Outbox:
             self.appended += 1
             self._cond.notify_all()
         return cursor
-
-    @staticmethod
-    def _ledger_kind(store: Any, key: str, target: SessionSource, text: str) -> str:
-        """The ``kind`` the ledger recorded for this send (``reply``, ``notice``,
-        ``recovered``): the adapter is called while the row is ``attempting``."""
-        try:
-            rows = store.ledger_rows("attempting", session_key=key)
-        except Exception:  # noqa: BLE001 - the kind is informative; never fail a send on it
-            log.exception("cannot read the ledger to label an outbox row")
-            return DEFAULT_KIND
-        for row in reversed(rows):
-            content = row["content"]
-            if row["chat_id"] == target.chat_id and text in (content, RECOVERED_PREFIX + content):
-                return row["kind"]
-        return DEFAULT_KIND
 
     def read(self, platform: str, chat_id: str | None, after: int = 0,
              limit: int = 100) -> list[dict[str, Any]]:
@@ -167,9 +153,15 @@ class OutboxAdapter:
         return not self.outbox.closed
 
     def send(self, target: SessionSource, text: str) -> SendResult:
-        """Append ``text`` for ``target``'s chat; the cursor is the message id."""
+        """Append ``text`` for ``target``'s chat as a ``reply``; the cursor is the message
+        id. (The gateway calls :meth:`deliver`, which keeps the kind and the event ids.)"""
+        return self.deliver(Outgoing(target, text, DEFAULT_KIND))
+
+    def deliver(self, outgoing: Outgoing) -> SendResult:
+        """Append ``outgoing`` with its kind and the events it answers."""
         try:
-            cursor = self.outbox.append(target, text)
+            cursor = self.outbox.append(outgoing.target, outgoing.text, outgoing.kind,
+                                        outgoing.in_reply_to)
         except Exception as exc:  # noqa: BLE001 - a failed append is a failed attempt
             log.warning("outbox append failed platform=%s error=%s", self.platform, exc)
             return SendResult(success=False, error=f"{type(exc).__name__}: {exc}")

@@ -2,10 +2,12 @@
 
 ``send --wait`` must not miss a fast reply, so the order is: ask the outbox for its current
 end (``after=latest``), post the message, then long-poll for that chat from the end it read
-before posting. Replies of kind ``reply``/``recovered`` end the wait; a ``notice`` (an
-acknowledgement such as "Queued for the next turn.") is printed and the wait goes on, unless
-the session is idle by then, because then the notice was the whole answer (``/status``, a
-failure notice, a silenced turn).
+before posting. Only messages that answer the posted event (its id is in their
+``in_reply_to``) count: a late reply to an earlier message of the same chat is skipped.
+A ``reply``/``recovered`` ends the wait; a ``notice`` (an acknowledgement such as "Queued for
+the next turn.") is printed and the wait goes on, unless the session is idle by then,
+because then the notice was the whole answer (``/status``, a failure notice, a silenced
+turn).
 """
 
 from __future__ import annotations
@@ -120,11 +122,12 @@ def send(client: GatewayClient, options: SendOptions,
         out(f"accepted session_key={accepted['session_key']} event_id={accepted['event_id']} "
             f"queue_depth={accepted['queue_depth']}")
         return True
-    return _await_answer(client, options, accepted["session_key"], start, out)
+    return _await_answer(client, options, accepted["session_key"], accepted["event_id"], start,
+                         out)
 
 
-def _await_answer(client: GatewayClient, options: SendOptions, key: str, cursor: int,
-                  out: Callable[[str], None]) -> bool:
+def _await_answer(client: GatewayClient, options: SendOptions, key: str, event_id: str,
+                  cursor: int, out: Callable[[str], None]) -> bool:
     deadline = time.monotonic() + options.timeout
     noticed = False
     while True:
@@ -135,6 +138,8 @@ def _await_answer(client: GatewayClient, options: SendOptions, key: str, cursor:
         page = client.outbox(options.chat_id, options.platform, cursor, poll)
         cursor = page["cursor"]
         for message in page["messages"]:
+            if event_id not in message.get("in_reply_to", ()):
+                continue  # the answer to another message of this chat
             out(message["text"])
             if message["kind"] in ANSWER_KINDS:
                 return True

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import psutil
 import pykka
 
+from hermes_actors.adapters.base import DeliveryAwareAdapter, Outgoing
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
@@ -34,10 +35,13 @@ RECOVERED_PREFIX = "♻️ Recovered reply: "
 
 class Owed(NamedTuple):
     """A recorded obligation: its ledger id (``None`` with the ledger off, or when the claim
-    was refused) and whether this process already holds it (``attempting``)."""
+    was refused), whether this process already holds it (``attempting``), its kind and the
+    inbound events it answers."""
 
     id: str | None
     claimed: bool
+    kind: str = "reply"
+    in_reply_to: tuple[str, ...] = ()
 
 
 def _process_started_at() -> float:
@@ -59,6 +63,9 @@ class Delivery:
         self._store = store
         self._tracker = tracker
         self._adapters = {a.platform: a for a in adapters}
+        #: Platforms whose adapter takes the whole :class:`Outgoing` record (checked once).
+        self._aware = {p for p, a in self._adapters.items()
+                       if isinstance(a, DeliveryAwareAdapter)}
         self._ledger = ledger
         self.owner_pid = os.getpid()
         self.owner_started_at = _process_started_at()
@@ -85,7 +92,8 @@ class Delivery:
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
                token: str, *, clear_turn: bool = False, claim: bool = True,
                consume: tuple[str, ...] = (), reason: str | None = None,
-               reply: tuple[str, dict] | None = None) -> Owed:
+               reply: tuple[str, dict] | None = None,
+               in_reply_to: tuple[str, ...] = ()) -> Owed:
         """Record the obligation; when an adapter can take it now, also claim it for this
         process in the same transaction (one commit less per reply; a crash before the send
         then redelivers it once, prefixed, which is the rule for an ``attempting`` row).
@@ -95,7 +103,9 @@ class Delivery:
         ``consume`` marks those inbox events consumed (``reason``) in that transaction too;
         ``reply=(session_id, message)`` persists the turn's final reply in it as well (the
         ledger must be on: without it a turn persists its reply itself, first).
+        ``in_reply_to`` names the inbound events the text answers.
         """
+        in_reply_to = tuple(in_reply_to)
         if not self._ledger:
             if reply is not None:
                 raise ValueError("a reply is recorded with its obligation only in the ledger")
@@ -103,7 +113,7 @@ class Delivery:
                 self._store.clear_turn_active(session_key, token)
             if consume:
                 self._store.consume_events(list(consume), reason or "command")
-            return Owed(None, claimed=True)
+            return Owed(None, claimed=True, kind=kind, in_reply_to=in_reply_to)
         claim = claim and self.can_send(target.platform)
         oid = self._store.ledger_record(
             session_key=session_key,
@@ -118,10 +128,11 @@ class Delivery:
             consume=tuple(consume),
             consume_reason=reason or "command",
             reply=reply,
+            in_reply_to=in_reply_to,
         )
         if oid is None:  # the claim was refused: someone else owns or finished it
-            return Owed(None, claimed=False)
-        return Owed(oid, claimed=claim)
+            return Owed(None, claimed=False, kind=kind, in_reply_to=in_reply_to)
+        return Owed(oid, claimed=claim, kind=kind, in_reply_to=in_reply_to)
 
     def attempt(self, owed: Owed | str | None, target: SessionSource, text: str) -> bool:
         """Claim the obligation (unless already claimed), send, and mark ``delivered`` or
@@ -142,7 +153,7 @@ class Delivery:
             owed.id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
         ):
             return False
-        ok, error = self._send(adapter, target, text)
+        ok, error = self._send(adapter, Outgoing(target, text, owed.kind, owed.in_reply_to))
         if owed.id is not None:
             self._finish(owed.id, ok, error)
         return ok
@@ -164,15 +175,15 @@ class Delivery:
             tracker.done()
             raise
 
-    def attempt_many(self, items: Iterable[tuple[str, SessionSource, str]]) -> list[str]:
-        """:meth:`attempt` for several recorded obligations ``(id, target, text)``, in
+    def attempt_many(self, items: Iterable[tuple[str, Outgoing]]) -> list[str]:
+        """:meth:`attempt` for several recorded obligations ``(id, outgoing)``, in
         chunks of :data:`SWEEP_CHUNK`: one claim transaction per chunk, then each send
         followed by its outcome, committed without waiting (group commit batches them
         while the next send runs); the chunk ends once they are durable. A crash leaves the
         rows whose outcome was not committed yet ``attempting``: redelivered once, prefixed,
         like a crash inside :meth:`attempt`. Returns the ids delivered."""
-        live = [(oid, self._adapters[t.platform], t, text) for oid, t, text in items
-                if self.can_send(t.platform)]
+        live = [(oid, self._adapters[out.target.platform], out) for oid, out in items
+                if self.can_send(out.target.platform)]
         delivered: list[str] = []
         for start in range(0, len(live), SWEEP_CHUNK):
             chunk = live[start:start + SWEEP_CHUNK]
@@ -181,10 +192,10 @@ class Delivery:
                 owner_started_at=self.owner_started_at)
             settling = ActivityTracker()
             try:
-                for oid, adapter, target, text in chunk:
+                for oid, adapter, outgoing in chunk:
                     if oid not in claimed:
                         continue
-                    ok, error = self._send(adapter, target, text)
+                    ok, error = self._send(adapter, outgoing)
                     self._finish(oid, ok, error, settling)
                     if ok:
                         delivered.append(oid)
@@ -192,24 +203,28 @@ class Delivery:
                 settling.wait_idle()
         return delivered
 
-    def _send(self, adapter, target: SessionSource, text: str) -> tuple[bool, str | None]:
+    def _send(self, adapter, outgoing: Outgoing) -> tuple[bool, str | None]:
+        platform = outgoing.target.platform
         try:
-            result = adapter.send(target, text)
+            if platform in self._aware:
+                result = adapter.deliver(outgoing)
+            else:
+                result = adapter.send(outgoing.target, outgoing.text)
             ok, error = bool(result.success), result.error
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
-            log.exception("adapter %s raised while sending", target.platform)
+            log.exception("adapter %s raised while sending", platform)
             ok, error = False, f"{type(exc).__name__}: {exc}"
         crashpoint("after_send_before_delivered")
         if not ok:
-            log.warning("delivery failed platform=%s error=%s", target.platform, error)
+            log.warning("delivery failed platform=%s error=%s", platform, error)
         return ok, error
 
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
                   token: str, *, consume: tuple[str, ...] = (),
-                  reason: str | None = None) -> bool:
+                  reason: str | None = None, in_reply_to: tuple[str, ...] = ()) -> bool:
         """Record then attempt: the path for notices (no turn marker sits between them)."""
         owed = self.record(session_key, target, content, kind, token, consume=consume,
-                           reason=reason)
+                           reason=reason, in_reply_to=in_reply_to)
         return self.attempt(owed, target, content)
 
 
@@ -220,10 +235,10 @@ class _NoticeActor(LightActor):
         self._tracker = tracker
 
     def on_receive(self, message):
-        session_key, target, text, token, consume, reason = message
+        session_key, target, text, token, consume, reason, in_reply_to = message
         try:
             self._delivery.send_owed(session_key, target, text, "notice", token,
-                                     consume=consume, reason=reason)
+                                     consume=consume, reason=reason, in_reply_to=in_reply_to)
         except Exception:  # noqa: BLE001 - one failed notice must not stop the actor
             log.exception("notice delivery failed session_key=%s", session_key)
         finally:
@@ -238,13 +253,14 @@ class NoticePool:
         self._refs = [_NoticeActor.start(delivery, tracker) for _ in range(size)]
 
     def send(self, session_key: str, target: SessionSource, text: str, token: str, *,
-             consume: tuple[str, ...] = (), reason: str | None = None) -> None:
+             consume: tuple[str, ...] = (), reason: str | None = None,
+             in_reply_to: tuple[str, ...] = ()) -> None:
         """Queue a notice for delivery (never blocks on the send); ``consume`` inbox events
-        are consumed in the transaction that records it."""
+        are consumed in the transaction that records it; it answers ``in_reply_to``."""
         ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
         self._tracker.add()
         try:
-            ref.tell((session_key, target, text, token, consume, reason))
+            ref.tell((session_key, target, text, token, consume, reason, in_reply_to))
         except pykka.ActorDeadError:
             self._tracker.done()
             log.warning("notice dropped after shutdown session_key=%s", session_key)

@@ -434,7 +434,8 @@ class SessionActor(LightActor):
         (with that reason) in the transaction that records the notice, so a crash can
         neither lose the answer of a consumed event nor replay an answered one."""
         self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}",
-                             consume=(event.event_id,) if consume else (), reason=consume)
+                             consume=(event.event_id,) if consume else (), reason=consume,
+                             in_reply_to=(event.event_id,))
 
     def _track(self, future: pykka.Future) -> None:
         """Count work handed to another actor (an agent's close) until it finishes, without

@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hermes_actors.adapters.base import Outgoing
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.runtime.crash import crashpoint
-from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import (
     auto_continue_candidates,
@@ -141,7 +142,7 @@ class SupervisorActor(LightActor):
         if not self._delivery.ledger_enabled:  # nothing durable to sweep: send them now
             for target, content, kind in unrecorded:
                 text = RECOVERED_PREFIX + content if kind == "recovered" else content
-                self._delivery.attempt(None, target, text)
+                self._delivery.attempt(Owed(None, claimed=True, kind=kind), target, text)
         return sum(kind == "recovered" for _, _, kind in unrecorded)
 
     def _suspend_stuck(self) -> list[str]:
@@ -193,7 +194,8 @@ class SupervisorActor(LightActor):
                 continue
             uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
             text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
-            batch.append((row["obligation_id"], target, text))
+            answers = tuple((row.get("in_reply_to") or "").split())
+            batch.append((row["obligation_id"], Outgoing(target, text, row["kind"], answers)))
             if row["kind"] in ("reply", "recovered"):
                 replies[row["obligation_id"]] = row["session_key"]
         # claims, sends and outcomes batched: three commits for the whole sweep

@@ -120,7 +120,7 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
                 services.store.consume_events(list(turn.item.event_ids), "failed")
             services.delivery.send_owed(
                 session_key, event.source, FAILED_NOTICE.format(type(exc).__name__),
-                "notice", f"error:{event.event_id}",
+                "notice", f"error:{event.event_id}", in_reply_to=turn.item.event_ids,
             )
         except Exception:  # noqa: BLE001
             log.exception("could not settle the failed turn session_key=%s", session_key)
@@ -199,7 +199,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
             log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
             error, result = exc, TurnResult(None, "failed")
-        _settle(services, key, session_id, token, event, result, error)
+        _settle(services, key, session_id, token, turn.item, result, error)
         turn.settled = True
         persisted = True
     finally:
@@ -297,10 +297,11 @@ def _return_unused(services: Services, key: str, session_id: str, checkout: Any)
         log.exception("could not return an unused agent session_key=%s", key)
 
 
-def _settle(services: Services, key: str, session_id: str, token: str, event: MessageEvent,
+def _settle(services: Services, key: str, session_id: str, token: str, item: Queued,
             result: TurnResult, error: BaseException | None) -> None:
     """Persist the reply, record what is owed, clear the marker, send."""
     store, delivery = services.store, services.delivery
+    event = item.event
     reply = result.reply if isinstance(result.reply, str) else None
     owed: tuple[str, str] | None = None
     persist: dict | None = None
@@ -325,7 +326,8 @@ def _settle(services: Services, key: str, session_id: str, token: str, event: Me
         # Recording what is owed and clearing the marker are one transaction: recovery never
         # finds a marker whose answer already sits in the ledger (no resume on top of it).
         row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True,
-                              reply=(session_id, persist) if merged else None)
+                              reply=(session_id, persist) if merged else None,
+                              in_reply_to=item.event_ids)
         if merged:
             crashpoint("after_reply_persisted")
         crashpoint("after_ledger_recorded")

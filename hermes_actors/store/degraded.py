@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 _COLUMNS = (
     "obligation_id", "session_key", "platform", "chat_id", "thread_id", "content", "kind",
     "state", "attempts", "owner_pid", "owner_started_at", "created_at", "updated_at",
-    "last_error",
+    "last_error", "in_reply_to",
 )  # fmt: skip
 
 
@@ -155,7 +155,7 @@ class DegradedBackend:
                     obligation_id=op.obligation_id, session_key=op.session_key,
                     platform=op.platform, chat_id=op.chat_id, thread_id=op.thread_id,
                     content=op.content, kind=op.kind, state="pending", attempts=0,
-                    created_at=op.at, updated_at=op.at,
+                    created_at=op.at, updated_at=op.at, in_reply_to=op.in_reply_to,
                 )  # fmt: skip
                 self._ledger[op.obligation_id] = row
             return None

@@ -158,6 +158,8 @@ class LedgerRecord:
     content: str
     kind: str
     at: float
+    #: The inbound event ids this answers, space-separated (``None``: unknown).
+    in_reply_to: str | None = None
 
 
 @_record
@@ -205,6 +207,8 @@ class OutboxAppend:
     kind: str
     created_at: float
     floor: int = 0
+    #: The inbound event ids the reply answers, space-separated (``None``: unknown).
+    in_reply_to: str | None = None
 
 
 @_record

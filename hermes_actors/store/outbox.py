@@ -33,6 +33,7 @@ __all__ = [
 #: The columns of an outbox row, in the order reads return them.
 OUTBOX_COLUMNS = (
     "cursor", "session_key", "platform", "chat_id", "thread_id", "text", "kind", "created_at",
+    "in_reply_to",
 )  # fmt: skip
 #: The most rows one read returns.
 MAX_READ = 1000
@@ -46,9 +47,9 @@ def sqlite_outbox_handlers(database: pw.Database) -> dict[type, Callable[[Any], 
         """Insert the row; its cursor."""
         cursor = database.execute_sql(
             "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            " created_at, in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
-             op.created_at),
+             op.created_at, op.in_reply_to),
         )
         return cursor.lastrowid
 
@@ -89,7 +90,7 @@ class MemoryOutbox:
             self._last = max(self._last, int(op.floor)) + 1
             row = dict(zip(OUTBOX_COLUMNS, (
                 self._last, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
-                op.kind, op.created_at,
+                op.kind, op.created_at, op.in_reply_to,
             ), strict=True))  # fmt: skip
             self._rows.append(row)
             return self._last
@@ -126,8 +127,10 @@ class OutboxStoreMethods:
         text: str,
         kind: str,
         floor: int = 0,
+        in_reply_to: tuple[str, ...] = (),
     ) -> int:
-        """Append a reply for a chat; returns its cursor (greater than every earlier one)."""
+        """Append a reply for a chat; returns its cursor (greater than every earlier one).
+        ``in_reply_to`` names the inbound events it answers."""
         if not isinstance(text, str):
             raise ValueError("outbox text must be a string")
         op = OutboxAppend(
@@ -139,6 +142,7 @@ class OutboxStoreMethods:
             kind=str(kind),
             created_at=self._ts(),
             floor=int(floor),
+            in_reply_to=" ".join(in_reply_to) or None,
         )
         return int(self._apply([op])[0])
 

@@ -281,6 +281,7 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         consume: tuple[str, ...] = (),
         consume_reason: str = "command",
         reply: tuple[str, dict[str, Any]] | None = None,
+        in_reply_to: tuple[str, ...] = (),
     ) -> str | None:
         """Record an obligation as ``pending``; returns its id (same inputs → same id, one row).
 
@@ -294,7 +295,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
         transaction (a command's answer and its consumption are one durable step).
         ``reply=(session_id, message)`` appends the turn's final reply (tagged with ``token``,
         ``is_reply``) to the transcript in that transaction too: the reply and what is owed
-        for it become durable together (one commit less per turn).
+        for it become durable together (one commit less per turn). ``in_reply_to`` names the
+        inbound events the obligation answers (kept on the row and on its outbox copy).
         """
         if kind not in ledger.KINDS:
             raise ValueError(f"ledger kind must be one of {', '.join(ledger.KINDS)}; got {kind!r}")
@@ -308,7 +310,7 @@ class RuntimeStoreMethods(OutboxStoreMethods):
                                      is_reply=True))
         claim_at = len(ops) + 1
         ops.append(self._ledger_record_op(oid, session_key, platform, chat_id, thread_id,
-                                          content, kind))
+                                          content, kind, in_reply_to))
         if claim_for is not None:
             ops.append(LedgerClaim(oid, int(claim_for[0]), float(claim_for[1]), self._ts()))
         if consume:
@@ -326,7 +328,8 @@ class RuntimeStoreMethods(OutboxStoreMethods):
             return None
         return oid
 
-    def _ledger_record_op(self, oid, session_key, platform, chat_id, thread_id, content, kind):
+    def _ledger_record_op(self, oid, session_key, platform, chat_id, thread_id, content, kind,
+                          in_reply_to: tuple[str, ...] = ()):
         return LedgerRecord(
             obligation_id=oid,
             session_key=session_key,
@@ -336,6 +339,7 @@ class RuntimeStoreMethods(OutboxStoreMethods):
             content=content,
             kind=kind,
             at=self._ts(),
+            in_reply_to=" ".join(in_reply_to) or None,
         )
 
     def ledger_claim(self, obligation_id: str, *, owner_pid: int, owner_started_at: float) -> bool:

@@ -195,10 +195,18 @@ INGRESS_DDL: tuple[str, ...] = (
     " WHERE ingress_key IS NOT NULL",
 )
 
+#: Migration 6: what an answer answers. A delivery obligation and the outbox row it becomes
+#: carry the ids of the inbound events they answer (space-separated), so a client that sent
+#: a message can pick its own reply out of a chat's outbox (``send --wait``).
+IN_REPLY_TO_DDL: tuple[str, ...] = (
+    "ALTER TABLE deliveries ADD COLUMN in_reply_to TEXT",
+    "ALTER TABLE outbox ADD COLUMN in_reply_to TEXT",
+)
+
 #: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, ROUTING_RECOVERY_DDL,
-    INGRESS_DDL,
+    INGRESS_DDL, IN_REPLY_TO_DDL,
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -229,10 +237,15 @@ def repair_canonical_tables(database: pw.Database) -> None:
     with database.atomic():
         for statement in (*CANONICAL_DDL, *OUTBOX_DDL, ROUTING_RECOVERY_INDEX):
             database.execute_sql(statement)
-        columns = {row[1] for row in database.execute_sql("PRAGMA table_info(inbox)")}
-        for statement in INGRESS_DDL:  # a re-created inbox table lacks migration 5's column
-            if "ingress_key" not in columns or not statement.startswith("ALTER"):
-                database.execute_sql(statement)
+        # A re-created table lacks the columns later migrations added to it.
+        for statement in (*INGRESS_DDL, *IN_REPLY_TO_DDL):
+            if statement.startswith("ALTER TABLE "):
+                table, _, column = statement[len("ALTER TABLE "):].partition(" ADD COLUMN ")
+                present = {row[1] for row in
+                           database.execute_sql(f"PRAGMA table_info({table})")}
+                if column.split()[0] in present:
+                    continue
+            database.execute_sql(statement)
 
 
 # -- models (latest schema; used for queries) -------------------------------------------------
@@ -308,6 +321,7 @@ class DeliveryRow(_Model):
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     last_error = pw.TextField(null=True)
+    in_reply_to = pw.TextField(null=True)
 
     class Meta:
         table_name = "deliveries"
@@ -341,6 +355,7 @@ class OutboxRow(_Model):
     text = pw.TextField()
     kind = pw.TextField()
     created_at = pw.FloatField()
+    in_reply_to = pw.TextField(null=True)
 
     class Meta:
         table_name = "outbox"

@@ -95,8 +95,8 @@ _CONSUME_EVENTS = (
 )
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
-    " content, kind, state, attempts, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (obligation_id) DO NOTHING"
+    " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?) ON CONFLICT (obligation_id) DO NOTHING"
 )
 _LEDGER_CLAIM_READ = (
     "SELECT state, owner_pid, owner_started_at FROM deliveries WHERE obligation_id = ?"
@@ -265,7 +265,7 @@ class SqliteOps:
         self._db.execute_sql(
             _LEDGER_RECORD,
             (op.obligation_id, op.session_key, op.platform, op.chat_id, op.thread_id,
-             op.content, op.kind, op.at, op.at),
+             op.content, op.kind, op.at, op.at, op.in_reply_to),
         )
 
     def _ledger_claim(self, op: LedgerClaim) -> bool:

@@ -9,6 +9,7 @@ import types
 import pytest
 
 from hermes_actors.cli import main
+from hermes_actors.process.client import GatewayClient, SendOptions, send
 
 from .conftest import TOKEN, run_cli
 
@@ -33,6 +34,18 @@ class TestSend:
                          shared_gateway.url, "--token", TOKEN)
         assert result.returncode == 0, result.stderr
         assert "Turn: idle" in result.stdout
+
+    def test_send_wait_prints_the_answer_to_its_own_message(self, shared_gateway):
+        """A reply to an earlier message of the same chat that lands while ``--wait`` polls
+        is not taken for this message's answer (matched by event id)."""
+        shared_gateway.post("cli-order", "sleep 1")  # its reply comes first
+        printed: list[str] = []
+        client = GatewayClient(shared_gateway.url, TOKEN)
+        assert send(client, SendOptions("/queue after it", chat_id="cli-order", wait=True),
+                    out=printed.append)
+        assert printed == ["Queued for the next turn.", "echo: after it"]
+        texts = [m["text"] for m in shared_gateway.outbox("cli-order", wait=0)["messages"]]
+        assert texts == ["Queued for the next turn.", "slept 1", "echo: after it"]
 
     def test_url_and_token_come_from_the_home_config(self, shared_gateway, tmp_path):
         home = tmp_path / "client-home"

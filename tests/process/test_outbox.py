@@ -144,9 +144,9 @@ class TestOutboxAdapterInAGateway:
         gateway.start()
         try:
             source = SessionSource("webhook", chat_id="7", user_id="u")
-            gateway.submit(MessageEvent(source=source, text="hello"))
+            hello = gateway.submit(MessageEvent(source=source, text="hello"))
             assert gateway.wait_idle(timeout=30)
-            gateway.submit(MessageEvent(source=source, text="/status"))
+            status = gateway.submit(MessageEvent(source=source, text="/status"))
             assert gateway.wait_idle(timeout=30)
             rows = outbox.read("webhook", "7")
         finally:
@@ -154,6 +154,28 @@ class TestOutboxAdapterInAGateway:
         assert [(r["text"], r["kind"]) for r in rows][0] == ("echo: hello", "reply")
         assert rows[1]["kind"] == "notice" and rows[1]["text"].startswith("Session: ")
         assert rows[0]["session_key"] == "agent:main:webhook:dm:7"
+        # each row names the event it answers
+        assert [r["in_reply_to"] for r in rows] == [hello, status]
+
+    def test_a_redelivered_reply_keeps_the_event_it_answers(self, tmp_path):
+        outbox = Outbox()
+        adapters = [OutboxAdapter("webhook", outbox)]
+        home = tmp_path / "home"
+        store = SessionStore(home / "sessions", mirror_interval=None)
+        source = SessionSource("webhook", chat_id="8")
+        key = store.get_or_create_session(source).session_key
+        store.ledger_record(session_key=key, platform="webhook", chat_id="8", thread_id=None,
+                            content="owed", kind="reply", token="t",
+                            in_reply_to=("e1", "e2"))  # recorded, never sent: a crash
+        store.close()
+        gateway = Gateway(home, load_config({}, env={}), adapters=adapters)
+        outbox.bind(lambda: gateway.store)
+        try:
+            assert gateway.start().redelivered == 1
+            [row] = outbox.read("webhook", "8")
+        finally:
+            gateway.stop(drain_timeout=5)
+        assert (row["text"], row["kind"], row["in_reply_to"]) == ("owed", "reply", "e1 e2")
 
 
 class TestHomeLock:
