@@ -3,7 +3,8 @@
 Subcommands are rows of :data:`SUBCOMMANDS`: a path (``("db", "check")``), a help text, a
 function ``run(args) -> exit code`` and optionally a function adding its own arguments; the
 parser, ``--home`` and the error handling come for free. Every subcommand takes ``--home DIR``
-*after* the subcommand; it wins over ``HERMES_HOME``, whose default is ``./hermes_home``.
+after the subcommand (given before it, it is moved there); it wins over ``HERMES_HOME``, whose
+default is ``./hermes_home``. ``--version`` prints the installed version.
 
 This module's imports are kept light on purpose (nothing here imports ``threading``): ``run``
 must apply ``gevent.monkey.patch_all()`` before the runtime is imported, so every command
@@ -313,7 +314,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser for every row of :data:`SUBCOMMANDS`."""
-    parser = _Parser(prog="hermes-actors", description="hermes_actors gateway tools")
+    parser = _Parser(prog="hermes-actors", description="hermes_actors gateway tools",
+                     epilog="--home DIR goes with any command (before or after its name).")
+    parser.add_argument("--version", action="version", version=f"hermes-actors {_version()}")
     groups: dict[tuple[str, ...], Any] = {
         (): parser.add_subparsers(dest="command", metavar="COMMAND")
     }
@@ -355,11 +358,38 @@ def _passthrough(argv: list[str]) -> argparse.Namespace | None:
     return argparse.Namespace(home=home, rest=rest, handler=handler)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hermes_actors")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _home_after_command(argv: list[str]) -> list[str]:
+    """``--home DIR`` (or ``--home=DIR``) given before the command, moved to just after the
+    command's words, where every command's parser takes it."""
+    if argv[:1] == ["--home"] and len(argv) >= 2:
+        home, rest = argv[:2], argv[2:]
+    elif argv and argv[0].startswith("--home="):
+        home, rest = argv[:1], argv[1:]
+    else:
+        return argv
+    depth = max((len(sub.path) for sub in SUBCOMMANDS
+                 if tuple(rest[:len(sub.path)]) == sub.path), default=0)
+    if depth == 0:
+        raise UsageError("--home DIR needs a command after it "
+                         "(hermes-actors --home DIR run, or hermes-actors run --home DIR)")
+    return rest[:depth] + home + rest[depth:]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        argv = _home_after_command(argv)
         try:
             args = _passthrough(argv) or parser.parse_args(argv)
         except SystemExit as exc:  # --help

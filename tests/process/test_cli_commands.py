@@ -136,6 +136,36 @@ class TestUsage:
         assert main([*command, "--help"]) == 0
         assert "--home" in capsys.readouterr().out
 
+    def test_version(self, capsys):
+        from importlib.metadata import version
+
+        assert main(["--version"]) == 0
+        assert capsys.readouterr().out == f"hermes-actors {version('hermes_actors')}\n"
+
+    @pytest.mark.parametrize("spelling", [["--home", "{}"], ["--home={}"]])
+    def test_home_before_the_command_is_taken(self, spelling, tmp_path):
+        home = tmp_path / "before"
+        chatted = run_cli("chat", "--home", str(home), stdin="x\n")
+        assert chatted.returncode == 0, chatted.stderr
+        args = [part.format(home) for part in spelling]
+        listed = run_cli(*args, "sessions", "list", env={"HERMES_HOME": str(tmp_path / "no")})
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.startswith("agent:main:local:dm:console ")
+
+    def test_home_before_nothing_gets_a_hint(self, capsys, tmp_path):
+        assert main(["--home", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "needs a command after it" in err and "run --home DIR" in err
+
+    def test_bench_with_home_before_it(self, monkeypatch, tmp_path):
+        seen = []
+        fake = types.ModuleType("benchmarks.__main__")
+        fake.main = lambda argv: seen.append(argv) or 0
+        monkeypatch.setitem(sys.modules, "benchmarks", types.ModuleType("benchmarks"))
+        monkeypatch.setitem(sys.modules, "benchmarks.__main__", fake)
+        assert main(["--home", str(tmp_path), "bench", "fifo"]) == 0
+        assert seen == [["fifo"]]
+
     def test_bad_port_exits_2(self, capsys):
         assert main(["run", "--port", "70000"]) == 2
         assert "invalid port" in capsys.readouterr().err

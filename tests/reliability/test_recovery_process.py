@@ -205,3 +205,26 @@ class TestTimeZones:
         first.kill()
         second = spawn(env={"TZ": "America/New_York"})
         assert second.report["resumed"] == [KEY]
+
+
+class TestExactlyOnceIngress:
+    """Embedded ``submit``: killed between the durable accept and the acknowledgement, the
+    retried message (same ``message_id``) is recognised after the restart: one reply."""
+
+    def test_retry_after_kill_is_answered_once(self, spawn):
+        first = spawn(env={"HERMES_ACTORS_CRASHPOINT": "after_message_accepted"})
+        first.submit_nowait("hello", message_id="m-1")
+        assert first.wait_exit() == 137
+        assert not any(line.startswith("ACK") for line in first.seen)  # never acknowledged
+        second = spawn()
+        assert second.report["replayed_inbox"] == 1  # it was durable
+        retried = second.send("hello", message_id="m-1")
+        second.idle()
+        assert second.turns() == ["hello"]
+        assert outbox(second.home) == ["echo: hello"]
+        # the retry got the first event's id: a third try after a clean restart is known too
+        second.stop()
+        third = spawn()
+        assert third.send("hello", message_id="m-1") == retried
+        third.idle()
+        assert third.turns() == [] and outbox(third.home) == ["echo: hello"]
