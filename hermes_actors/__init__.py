@@ -28,7 +28,7 @@ _EXPORTS = {
     "RecoveryReport": "hermes_actors.runtime.recovery",
     "SendResult": "hermes_actors.adapters.base",
     "SessionContext": "hermes_actors.model.context",
-    "SessionDB": "hermes_actors.store.db",
+    "SessionDB": "hermes_actors.store.backends.sqlite.db",
     "SessionEntry": "hermes_actors.model.entry",
     "SessionSource": "hermes_actors.model.source",
     "SessionStore": "hermes_actors.store.store",
@@ -104,7 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from hermes_actors.model.whatsapp import canonical_whatsapp_identifier
     from hermes_actors.runtime.gateway import Gateway
     from hermes_actors.runtime.recovery import RecoveryReport
-    from hermes_actors.store.db import SessionDB
+    from hermes_actors.store.backends.sqlite.db import SessionDB
     from hermes_actors.store.store import SessionStore
 
 

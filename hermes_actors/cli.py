@@ -20,34 +20,28 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.errors import CommandFailed, HermesActorsError, StoreError, UsageError
 from hermes_actors.process.arguments import (
     configure_bench,
     configure_chat,
     configure_run,
     configure_send,
+    configure_show,
+)
+from hermes_actors.process.home import DEFAULT_HOME
+from hermes_actors.process.inspect import (
+    cmd_db_check,
+    cmd_db_rebuild_fts,
+    cmd_sessions_list,
+    cmd_sessions_show,
 )
 
 __all__ = ["SUBCOMMANDS", "CommandFailed", "Subcommand", "UsageError", "build_parser", "main"]
-
-#: The home used when neither ``--home`` nor ``HERMES_HOME`` is given.
-DEFAULT_HOME = "./hermes_home"
-
-
-class UsageError(HermesActorsError):
-    """The command line asks for something impossible (exit code 2)."""
-
-
-class CommandFailed(Exception):
-    """The command ran but failed (exit code 1); the message is printed as is."""
 
 
 @dataclass(frozen=True)
@@ -64,189 +58,6 @@ class Subcommand:
     configure: Callable[[argparse.ArgumentParser], None] | None = None
     #: A longer description for the command's ``--help``.
     description: str | None = None
-
-
-def resolve_home(args: argparse.Namespace) -> Path:
-    """``--home``, else ``HERMES_HOME``, else ``./hermes_home``."""
-    return Path(args.home or os.environ.get("HERMES_HOME") or DEFAULT_HOME)
-
-
-def _existing_home(args: argparse.Namespace) -> Path:
-    home = resolve_home(args)
-    if not home.is_dir():
-        raise UsageError(
-            f"home directory {str(home)!r} does not exist (give --home DIR or set HERMES_HOME)"
-        )
-    return home
-
-
-# -- read-only views of a home -----------------------------------------------------------------
-
-
-def _open_db_read_only(home: Path) -> Any:
-    from hermes_actors.store.db import SessionDB
-
-    try:
-        return SessionDB(home / "state.db", read_only=True)
-    except StoreError:
-        return None
-
-
-def _load_entries(home: Path, db: Any) -> dict[str, Any]:
-    from hermes_actors.store.loader import merge_entries
-    from hermes_actors.store.mirror import MIRROR_NAME, read_mirror
-
-    mirror = read_mirror(home / "sessions" / MIRROR_NAME, now=0.0, keep_corrupt_copy=False)
-    rows = []
-    if db is not None:
-        try:
-            rows = db.load_routing()
-        except StoreError as exc:
-            print(f"warning: {exc}; listing sessions.json only", file=sys.stderr)
-    result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)
-    for key, reason in result.skipped:
-        print(f"warning: skipping session entry {key!r}: {reason}", file=sys.stderr)
-    return result.entries
-
-
-def _transcript(home: Path, db: Any, session_id: str) -> list[dict[str, Any]]:
-    from hermes_actors.store.jsonl import JsonlTranscripts
-
-    messages = db.load_messages(session_id) if db is not None else []
-    return messages + JsonlTranscripts(home / "sessions").load(session_id)
-
-
-# -- db ----------------------------------------------------------------------------------------
-
-
-def cmd_db_check(args: argparse.Namespace) -> int:
-    """Print ``mode``/``integrity``/``fts``/``sessions``/``messages``; 0 only when all ok.
-
-    Strictly read-only: the database is opened ``mode=ro`` and nothing is created or
-    repaired. Without a usable ``state.db`` the home is reported as ``degraded`` and the
-    counts come from ``sessions.json`` and the JSONL transcripts.
-    """
-    from hermes_actors.store.jsonl import JsonlTranscripts
-    from hermes_actors.store.mirror import MIRROR_NAME, read_mirror
-
-    home = _existing_home(args)
-    db = _open_db_read_only(home)
-    if db is not None:
-        try:
-            integrity, fts_state = db.integrity_check(), db.check_fts()
-            counts = db.counts()
-        finally:
-            db.close()
-        report = {
-            "mode": "sqlite",
-            "integrity": integrity,
-            "fts": fts_state,
-            "sessions": counts["sessions"],
-            "messages": counts["messages"],
-        }
-    else:
-        mirror = read_mirror(home / "sessions" / MIRROR_NAME, now=0.0, keep_corrupt_copy=False)
-        report = {
-            "mode": "degraded",
-            "integrity": "n/a",
-            "fts": "n/a",
-            "sessions": len(mirror.entries),
-            "messages": JsonlTranscripts(home / "sessions").count_messages(),
-        }
-    for key, value in report.items():
-        print(f"{key}: {value}")
-    healthy = report["mode"] == "sqlite" and report["integrity"] == "ok" and report["fts"] == "ok"
-    return 0 if healthy else 1
-
-
-def cmd_db_rebuild_fts(args: argparse.Namespace) -> int:
-    """Rebuild the full-text index from the messages (no message is changed)."""
-    from hermes_actors.store.db import SessionDB
-
-    home = _existing_home(args)
-    path = home / "state.db"
-    if not path.is_file():
-        raise CommandFailed(f"no database at {path}")
-    db = SessionDB(path, writer="thread")  # one rebuild: no writer process to start
-    try:
-        db.rebuild_fts()
-        state, counts = db.check_fts(), db.counts()
-    finally:
-        db.close()
-    print(f"fts: {state}")
-    print(f"messages: {counts['messages']}")
-    return 0 if state == "ok" else 1
-
-
-# -- sessions ----------------------------------------------------------------------------------
-
-
-def _flags(entry: Any) -> str:
-    flags = []
-    if entry.suspended:
-        flags.append("suspended")
-    if entry.resume_pending:
-        flags.append(f"resume_pending({entry.resume_reason or '?'})")
-    if entry.has_active_turn:
-        flags.append("active_turn")
-    if entry.is_fresh_reset:
-        flags.append("fresh_reset")
-    if entry.was_auto_reset:
-        flags.append(f"auto_reset({entry.auto_reset_reason or '?'})")
-    return ",".join(flags) or "-"
-
-
-def cmd_sessions_list(args: argparse.Namespace) -> int:
-    """One line per session: key, session id, last activity, flags (most recent first)."""
-    from hermes_actors.model.timeutil import isoformat
-
-    home = _existing_home(args)
-    db = _open_db_read_only(home)
-    try:
-        entries = _load_entries(home, db)
-    finally:
-        if db is not None:
-            db.close()
-
-    def recency(entry: Any) -> float:
-        when = entry.updated_at or entry.created_at
-        return when.timestamp() if when else 0.0
-
-    for entry in sorted(entries.values(), key=lambda e: (-recency(e), e.session_key)):
-        updated = isoformat(entry.updated_at) or "-"
-        print(f"{entry.session_key}  {entry.session_id}  {updated}  {_flags(entry)}")
-    return 0
-
-
-def cmd_sessions_show(args: argparse.Namespace) -> int:
-    """The entry of one key as JSON, then the last ``--tail`` transcript messages."""
-    from hermes_actors.model.timeutil import from_epoch, isoformat
-
-    home = _existing_home(args)
-    db = _open_db_read_only(home)
-    try:
-        entry = _load_entries(home, db).get(args.key)
-        if entry is None:
-            raise CommandFailed(f"no session with key {args.key!r}")
-        messages = _transcript(home, db, entry.session_id)
-    finally:
-        if db is not None:
-            db.close()
-    print(json.dumps(entry.to_dict(), ensure_ascii=False, indent=2))
-    tail = messages[-args.tail :] if args.tail > 0 else []
-    print(f"\ntranscript ({len(tail)} of {len(messages)} messages):")
-    for message in tail:
-        when = isoformat(from_epoch(message["timestamp"]))
-        tool = f" ({message['tool_name']})" if message.get("tool_name") else ""
-        print(f"{when} {message['role']}{tool}: {message['content']}")
-    return 0
-
-
-def _configure_show(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("key", help="the session key, e.g. agent:main:telegram:dm:42")
-    parser.add_argument(
-        "--tail", type=int, default=20, help="how many transcript messages (default 20)"
-    )
 
 
 # -- run, chat, send, bench ----------------------------------------------------------------
@@ -293,7 +104,7 @@ SUBCOMMANDS: list[Subcommand] = [
                configure_chat, "Each line is a message on platform 'local'; /quit or "
                "end of input stops the gateway gracefully."),
     Subcommand(("sessions", "list"), "list sessions", cmd_sessions_list),
-    Subcommand(("sessions", "show"), "show one session", cmd_sessions_show, _configure_show),
+    Subcommand(("sessions", "show"), "show one session", cmd_sessions_show, configure_show),
     Subcommand(("db", "check"), "report database health (read-only)", cmd_db_check),
     Subcommand(("db", "rebuild-fts"), "rebuild the full-text index", cmd_db_rebuild_fts),
     Subcommand(("bench",), "run the benchmark harness (python -m benchmarks)", cmd_bench,

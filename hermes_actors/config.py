@@ -15,9 +15,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from hermes_actors.errors import ConfigError, ConfigWarning
+from hermes_actors.model.context import HomeChannel
 from hermes_actors.model.platform import Platform
 
 __all__ = [
@@ -35,13 +36,6 @@ __all__ = [
 ]
 
 Parser = Callable[[str, Any], Any]
-
-
-class HomeChannel(NamedTuple):
-    """A platform's home channel, where proactive messages go."""
-
-    chat_id: str
-    name: str | None = None
 
 
 # -- leaf parsers ----------------------------------------------------------------------------

@@ -7,12 +7,15 @@ person can act on; the CLI turns these into one line and an exit code instead of
 from __future__ import annotations
 
 __all__ = [
+    "CommandFailed",
     "ConfigError",
     "ConfigWarning",
     "HermesActorsError",
     "HomeInUseError",
     "StoreError",
+    "StoreUnavailableError",
     "UnknownPlatformError",
+    "UsageError",
 ]
 
 
@@ -46,3 +49,16 @@ class HomeInUseError(HermesActorsError):
 
 class StoreError(HermesActorsError):
     """The session store could not do what was asked (the message says why)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's database cannot be opened or written (the message says why): an embedded
+    host gets it at start; a running gateway falls back to degraded mode instead."""
+
+
+class UsageError(HermesActorsError):
+    """The command line asks for something impossible (exit code 2)."""
+
+
+class CommandFailed(HermesActorsError):
+    """A command ran but failed (exit code 1); the message is printed as is."""

@@ -25,8 +25,6 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from hermes_actors.runtime.counters import TURN_DURATION_BUCKETS
-
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "LEDGER_STATES"]
 
 log = logging.getLogger("hermes_actors.metrics")
@@ -161,7 +159,7 @@ class _GatewayCollector(Collector):
         for status in sorted({*TURN_STATUSES, *turns.by_status}):
             family.add_metric([status], float(turns.by_status.get(status, 0)))
         yield family
-        bounds = [*(_bucket(b) for b in TURN_DURATION_BUCKETS), "+Inf"]
+        bounds = [*(_bucket(b) for b in turns.bucket_bounds), "+Inf"]
         yield HistogramMetricFamily(
             "hermes_turn_duration_seconds",
             "How long agent turns took, from start to the recorded answer.",

@@ -31,7 +31,7 @@ def agent_factory_from_config(
 
         return lambda context: EchoAgent()
     if kind == "scripted":
-        from hermes_actors.testing.scripted import Gates, ScriptedAgent
+        from hermes_actors.agents.scripted import Gates, ScriptedAgent
 
         gates = Gates()
         return lambda context: ScriptedAgent(gates=gates)

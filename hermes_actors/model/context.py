@@ -14,11 +14,11 @@ so the model always sees where the label starts and ends.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple, Protocol
 
-from hermes_actors.config import GatewayConfig, HomeChannel
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.keys import (
@@ -32,6 +32,8 @@ from hermes_actors.model.source import SessionSource, origin_of
 
 __all__ = [
     "MAX_LABEL_CHARS",
+    "ContextSettings",
+    "HomeChannel",
     "SessionContext",
     "build_session_context",
     "build_session_context_prompt",
@@ -49,6 +51,49 @@ _UNTRUSTED_NOTE = (
 _SHARED_NOTE = " — messages are prefixed with [sender name]. Multiple users may participate."
 #: Bidirectional-text controls: invisible, and able to make a label read differently.
 _BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+class HomeChannel(NamedTuple):
+    """A platform's home channel, where proactive messages go."""
+
+    chat_id: str
+    name: str | None = None
+
+
+class _WhatsAppSettings(Protocol):
+    lid_aliases: Mapping[str, str]
+
+
+class ContextSettings(Protocol):
+    """What :func:`build_session_context` reads of the configuration (a ``GatewayConfig``
+    has it all; the model does not depend on the config module)."""
+
+    #: §3: groups keep one session per participant.
+    group_sessions_per_user: bool
+    #: §3: threads keep one session per participant.
+    thread_sessions_per_user: bool
+    #: Platforms configured (connected by default when none are given).
+    platforms: Sequence[str]
+    #: ``platform -> HomeChannel``.
+    home_channels: Mapping[str, HomeChannel]
+    #: ``whatsapp.lid_aliases`` for WhatsApp keys.
+    whatsapp: _WhatsAppSettings
+
+
+@dataclass(frozen=True)
+class _NoWhatsApp:
+    lid_aliases: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _DefaultSettings:
+    """The §13 defaults of the keys the context reads."""
+
+    group_sessions_per_user: bool = True
+    thread_sessions_per_user: bool = False
+    platforms: Sequence[str] = ()
+    home_channels: Mapping[str, HomeChannel] = field(default_factory=dict)
+    whatsapp: _WhatsAppSettings = field(default_factory=_NoWhatsApp)
 
 
 @dataclass(frozen=True)
@@ -76,7 +121,7 @@ class SessionContext:
     updated_at: datetime | None = None
 
 
-def _connected(config: GatewayConfig, given: Iterable[object] | None) -> tuple[str, ...]:
+def _connected(config: ContextSettings, given: Iterable[object] | None) -> tuple[str, ...]:
     """The given platforms as they are, else ``local`` plus ``config.platforms``; sorted."""
     names = ["local", *config.platforms] if given is None else [str(p) for p in given]
     return tuple(sorted(set(names)))
@@ -84,7 +129,7 @@ def _connected(config: GatewayConfig, given: Iterable[object] | None) -> tuple[s
 
 def build_session_context(
     source: SessionSource,
-    config: GatewayConfig | None,
+    config: ContextSettings | None,
     session_entry: SessionEntry | None = None,
     *,
     connected_platforms: Iterable[object] | None = None,
@@ -95,7 +140,7 @@ def build_session_context(
     passes ``local`` plus its connected adapters). The key uses the config's per-user
     switches and WhatsApp aliases; id and timestamps come from ``session_entry`` when given.
     """
-    config = config if config is not None else GatewayConfig()
+    config = config if config is not None else _DefaultSettings()
     connected = _connected(config, connected_platforms)
     homes = {p: hc for p, hc in sorted(config.home_channels.items()) if p in connected}
     switches = {

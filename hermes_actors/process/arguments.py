@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_run", "configure_send"]
+__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_run", "configure_send",
+           "configure_show"]
 
 #: The agent kinds ``--agent`` accepts.
 AGENT_KINDS = ("echo", "scripted", "command", "openai")
@@ -70,3 +71,11 @@ def configure_bench(parser: argparse.ArgumentParser) -> None:
     """``bench ARG...`` (for ``--help``; the arguments are passed on unparsed)."""
     parser.add_argument("args", nargs="*", metavar="ARG",
                         help="arguments of the benchmark harness (python -m benchmarks --help)")
+
+
+def configure_show(parser: argparse.ArgumentParser) -> None:
+    """``sessions show KEY [--tail N]``."""
+    parser.add_argument("key", help="the session key, e.g. agent:main:telegram:dm:42")
+    parser.add_argument(
+        "--tail", type=int, default=20, help="how many transcript messages (default 20)"
+    )

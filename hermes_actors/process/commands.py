@@ -16,9 +16,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from hermes_actors.cli import CommandFailed, UsageError, resolve_home
 from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import ConfigWarning
+from hermes_actors.errors import CommandFailed, ConfigWarning, UsageError
+from hermes_actors.process.home import resolve_home
 
 __all__ = [
     "bench_command", "chat_command", "default_url", "load_home_config", "run_command",

@@ -33,9 +33,8 @@ from gevent.event import Event
 
 from hermes_actors.adapters.http import HttpApi, make_server
 from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, OutboxAdapter
-from hermes_actors.cli import CommandFailed
 from hermes_actors.config import GatewayConfig
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import CommandFailed, ConfigError
 from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 from hermes_actors.runtime.gateway import Gateway
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hermes_actors._green.actor import LightActor
 from hermes_actors.runtime.eviction import (
     IN_USE,
     PRESSURE_CHECK_GROWTH_BYTES,
@@ -49,7 +50,6 @@ from hermes_actors.runtime.eviction import (
 )
 from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.memory import MB, MemoryProbe, malloc_trim, resolve_budget
-from hermes_actors.runtime.spawning import LightActor
 
 if TYPE_CHECKING:
     from hermes_actors.config import AgentCacheConfig

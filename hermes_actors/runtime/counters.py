@@ -75,6 +75,9 @@ class TurnStatistics(NamedTuple):
     duration_buckets: tuple[int, ...]
     #: Sum of the durations, seconds.
     duration_sum: float
+    #: The buckets' upper bounds (:data:`TURN_DURATION_BUCKETS`), for a reader that
+    #: exports the histogram.
+    bucket_bounds: tuple[float, ...] = TURN_DURATION_BUCKETS
 
 
 class TurnCounters:

@@ -16,11 +16,11 @@ from typing import NamedTuple
 import psutil
 import pykka
 
+from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import DeliveryAwareAdapter, Outgoing
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
-from hermes_actors.runtime.spawning import LightActor
 
 __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import pykka
 
+from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config
 from hermes_actors.errors import HermesActorsError
@@ -46,7 +47,6 @@ from hermes_actors.runtime.session_actor import (
     StopAccepting,
 )
 from hermes_actors.runtime.supervisor import SupervisorActor
-from hermes_actors.store.executor import new_rlock
 from hermes_actors.store.store import SessionStore
 
 __all__ = ["Admission", "Gateway"]

@@ -11,8 +11,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from hermes_actors._green import spawn
 from hermes_actors.config import HousekeepingConfig
-from hermes_actors.runtime.spawning import spawn
 
 __all__ = ["HousekeepingSchedule", "Watcher"]
 
@@ -51,7 +51,7 @@ class Watcher:
         self._stop = threading.Event()
 
     def start(self) -> None:
-        """Start watching (without waiting for the watcher to run: see ``spawning``)."""
+        """Start watching (without waiting for the watcher to run: see ``hermes_actors._green``)."""
         spawn(self._run, "housekeeping")
 
     def stop(self) -> None:

@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 
 import pykka
 
+from hermes_actors._green import spawn
+from hermes_actors._green.actor import LightActor
 from hermes_actors.model.commands import help_text
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.runtime.queueing import Queued, SessionQueue
 from hermes_actors.runtime.services import Services
-from hermes_actors.runtime.spawning import LightActor, spawn
 from hermes_actors.runtime.turn import RunningTurn, TurnOutcome, run_turn
 
 __all__ = [

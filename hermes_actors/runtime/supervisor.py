@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hermes_actors._green import off_the_hub
+from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import Outgoing
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
@@ -28,8 +30,7 @@ from hermes_actors.runtime.recovery_rules import (
     next_restart_counts,
     record_boot,
 )
-from hermes_actors.runtime.spawning import LightActor
-from hermes_actors.store.atomic import atomic_write_json, off_the_hub
+from hermes_actors.store.backends.files.atomic import atomic_write_json
 from hermes_actors.store.runtime_api import MarkerSettlement
 
 __all__ = ["CLEAN_SHUTDOWN", "SupervisorActor", "SupervisorStatistics"]

@@ -16,12 +16,12 @@ from hermes_actors._lazy import lazy_exports
 # Imported when first used: the writer process (``writer_process``) needs only the database
 # layer, and its start-up time counts in every start of the gateway.
 _EXPORTS = {
-    "SessionDB": "hermes_actors.store.db",
+    "SessionDB": "hermes_actors.store.backends.sqlite.db",
     "SessionStore": "hermes_actors.store.store",
     "StoreStatistics": "hermes_actors.store.store",
-    "StoreUnavailableError": "hermes_actors.store.db",
-    "atomic_write_bytes": "hermes_actors.store.atomic",
-    "atomic_write_json": "hermes_actors.store.atomic",
+    "StoreUnavailableError": "hermes_actors.errors",
+    "atomic_write_bytes": "hermes_actors.store.backends.files.atomic",
+    "atomic_write_json": "hermes_actors.store.backends.files.atomic",
 }
 
 __all__ = [
@@ -34,8 +34,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json
-    from hermes_actors.store.db import SessionDB, StoreUnavailableError
+    from hermes_actors.errors import StoreUnavailableError
+    from hermes_actors.store.backends.files.atomic import atomic_write_bytes, atomic_write_json
+    from hermes_actors.store.backends.sqlite.db import SessionDB
     from hermes_actors.store.store import SessionStore, StoreStatistics
 
 

@@ -10,7 +10,7 @@ to different keys are not, which leaves room for group commit in the database wo
 
 Degraded mode (§5): if ``state.db`` cannot be opened, or a write still fails after the
 database's retries, the store logs one warning and switches to the
-:class:`~hermes_actors.store.degraded.DegradedBackend`: ``sessions.json`` becomes canonical
+:class:`~hermes_actors.store.backends.files.backend.DegradedBackend`: ``sessions.json`` becomes canonical
 and is written after every change, transcripts go to ``<session_id>.jsonl``. The failed
 write is re-applied there, so it is not lost. On the next start with a working database
 the degraded mirror wins over older rows and the JSONL transcripts are imported.
@@ -29,18 +29,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hermes_actors._green import new_rlock, spawn
 from hermes_actors.config import GatewayConfig
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreUnavailableError
 from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
-from hermes_actors.store.db import SessionDB, StoreUnavailableError
-from hermes_actors.store.degraded import DegradedBackend
+from hermes_actors.store.backends.files.backend import DegradedBackend
+from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
+from hermes_actors.store.backends.files.mirror import (
+    MIRROR_NAME,
+    MirrorWriter,
+    read_mirror,
+    render_mirror_text,
+)
+from hermes_actors.store.backends.sqlite.db import SessionDB
 from hermes_actors.store.entrymap import EntryMap, NotFetched
-from hermes_actors.store.executor import new_rlock
-from hermes_actors.store.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.loader import mirror_additions, parse_entry
-from hermes_actors.store.mirror import MIRROR_NAME, MirrorWriter, read_mirror, render_mirror_text
 from hermes_actors.store.ops import AppendMessage, CreateSession, DeleteRouting, PutRouting
 from hermes_actors.store.transcript import normalize_message
 
@@ -290,8 +295,6 @@ class StoreCore:
                     log.exception("a deferred write failed in degraded mode too")
                 finally:
                     on_done()
-
-            from hermes_actors.runtime.spawning import spawn  # (store ← runtime cycle)
 
             spawn(fall_back, "deferred-write")
 

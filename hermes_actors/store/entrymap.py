@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from hermes_actors.model.entry import SessionEntry
-from hermes_actors.store.schema import ROUTING_CLEAN_MARKS
+from hermes_actors.store.backends.sqlite.schema import ROUTING_CLEAN_MARKS
 
 __all__ = ["EntryMap", "NotFetched", "may_need_recovery"]
 

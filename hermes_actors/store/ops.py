@@ -7,7 +7,7 @@ transaction: a turn start (marker + user message + inbox consumption) is one lis
 
 * atomicity: every public store method is one ``apply`` call;
 * retries: a failed transaction is re-run from the same records, in order (FTS repair);
-* backends: SQLite (:class:`~hermes_actors.store.db.SessionDB`), the degraded in-memory/JSONL
+* backends: SQLite (:class:`~hermes_actors.store.backends.sqlite.db.SessionDB`), the degraded in-memory/JSONL
   backend, and later PostgreSQL implement the same small protocol. Group commit would merge
   several lists into one transaction without changing any caller.
 

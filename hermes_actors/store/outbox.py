@@ -6,7 +6,7 @@ strictly increasing and never reused, so "everything after cursor N" is exact ac
 restarts and prunes.
 
 Three pieces, kept apart from the rest of the store so the session tables' code is untouched:
-the SQLite handlers (registered by :class:`~hermes_actors.store.sqlite_ops.SqliteOps`),
+the SQLite handlers (registered by :class:`~hermes_actors.store.backends.sqlite.operations.SqliteOps`),
 :class:`MemoryOutbox` (the degraded backend's copy, lost on a crash, like its inbox), and
 :class:`OutboxStoreMethods`, the store's public methods (a mixin of ``SessionStore``).
 Reads go through ``apply`` like writes: the degraded backend has no SQL to read from, and

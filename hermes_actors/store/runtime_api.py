@@ -1,7 +1,7 @@
 """The store methods the actor runtime calls around a turn: inbox, turn start, reply, ledger.
 
 Each method is one backend transaction, and each works in degraded mode too (the inbox and
-ledger are then in memory, see :mod:`~hermes_actors.store.degraded`). A turn's reply, its
+ledger are then in memory, see :mod:`~hermes_actors.store.backends.files.backend`). A turn's reply, its
 obligation and the clearing of its marker can be one transaction (``ledger_record(reply=...)``);
 recovery still handles a reply persisted without its obligation (the ledger off, or a
 database written by another tool), see :mod:`~hermes_actors.runtime.recovery_rules`.

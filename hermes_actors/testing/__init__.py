@@ -1,11 +1,11 @@
 """Public test helpers for hosts that embed hermes_actors (like ``structlog.testing``)."""
 
 from hermes_actors.adapters.memory import InMemoryAdapter
+from hermes_actors.agents.scripted import Gates, ScriptedAgent, ScriptedFailure
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.testing.clock import FakeClock
 from hermes_actors.testing.memory import FakeMemoryProbe
 from hermes_actors.testing.rows import db_rows
-from hermes_actors.testing.scripted import Gates, ScriptedAgent, ScriptedFailure
 
 __all__ = [
     "FakeClock",

@@ -124,7 +124,7 @@ class TestWriterProcess:
     def _writer(gateway) -> psutil.Process:
         children = psutil.Process(gateway.proc.pid).children()
         assert len(children) == 1, children
-        assert "hermes_actors.store.writer_process" in " ".join(children[0].cmdline())
+        assert "hermes_actors.store.backends.sqlite.writer_child" in " ".join(children[0].cmdline())
         return children[0]
 
     def test_the_writer_stops_with_a_graceful_stop(self, start_gateway):

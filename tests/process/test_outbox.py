@@ -12,7 +12,7 @@ from hermes_actors.adapters.outbox import Outbox, OutboxAdapter
 from hermes_actors.errors import HomeInUseError
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.store import SessionStore
-from hermes_actors.store.schema import SCHEMA_VERSION
+from hermes_actors.store.backends.sqlite.schema import SCHEMA_VERSION
 from hermes_actors.testing import FakeClock
 
 

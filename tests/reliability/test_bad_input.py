@@ -23,7 +23,7 @@ from hermes_actors import (
     UnknownPlatformError,
     load_config,
 )
-from hermes_actors.store import atomic
+from hermes_actors.store.backends.files import atomic
 
 KEY = "agent:main:telegram:dm:42"
 SRC = SessionSource("telegram", chat_id="42", user_id="7")

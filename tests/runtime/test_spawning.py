@@ -11,14 +11,14 @@ import sys
 
 import pykka
 
-from hermes_actors.runtime.spawning import LightActor
+from hermes_actors._green.actor import LightActor
 
 CHILD = r"""
 from gevent import monkey
 monkey.patch_all()
 import threading
 import pykka
-from hermes_actors.runtime.spawning import GreenFuture, LightActor
+from hermes_actors._green.actor import GreenFuture, LightActor
 
 class Echo(LightActor):
     def on_receive(self, message):

@@ -56,7 +56,7 @@ def store(make_store) -> SessionStore:
 @pytest.fixture
 def executor():
     """A DbExecutor, closed after the test."""
-    from hermes_actors.store.executor import DbExecutor
+    from hermes_actors.store.backends.sqlite.executor import DbExecutor
 
     ex = DbExecutor(name="test-db")
     yield ex

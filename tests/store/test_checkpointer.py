@@ -8,7 +8,7 @@ import logging
 import threading
 
 from hermes_actors.store import SessionDB
-from hermes_actors.store.checkpointer import FALLBACK_PAGES, Checkpointer
+from hermes_actors.store.backends.sqlite.checkpointer import FALLBACK_PAGES, Checkpointer
 from hermes_actors.store.ops import AppendMessage, CreateSession
 
 SID = "20231114_000000_00000001"

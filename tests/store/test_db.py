@@ -8,8 +8,8 @@ import pytest
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import SessionDB, StoreUnavailableError
+from hermes_actors.store.backends.sqlite.schema import MODELS, SCHEMA_VERSION
 from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
-from hermes_actors.store.schema import MODELS, SCHEMA_VERSION
 
 
 def _msg(content: str, ts: float = 1.0, role: str = "user") -> dict:
@@ -195,7 +195,7 @@ class TestRoutingRecoveryIndex:
 
     @staticmethod
     def _plan(path) -> str:
-        from hermes_actors.store.schema import ROUTING_MAY_NEED_RECOVERY
+        from hermes_actors.store.backends.sqlite.schema import ROUTING_MAY_NEED_RECOVERY
 
         with sqlite3.connect(path) as conn:
             rows = conn.execute("EXPLAIN QUERY PLAN SELECT session_key, entry FROM routing"
@@ -207,7 +207,7 @@ class TestRoutingRecoveryIndex:
         assert "USING INDEX routing_recovery" in self._plan(tmp_path / "state.db")
 
     def test_a_database_migrated_to_version_3(self, tmp_path):
-        from hermes_actors.store.schema import MIGRATIONS
+        from hermes_actors.store.backends.sqlite.schema import MIGRATIONS
 
         path = tmp_path / "state.db"
         with sqlite3.connect(path) as conn:  # what the release with migration 3 left

@@ -12,7 +12,7 @@ import pytest
 from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.store import SessionDB, StoreUnavailableError
-from hermes_actors.store.mirror import DEGRADED_KEY
+from hermes_actors.store.backends.files.mirror import DEGRADED_KEY
 
 from .conftest import dm
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.executor import DbExecutor
+from hermes_actors.store.backends.sqlite.executor import DbExecutor
 
 
 class TestThreadWorker:
@@ -86,7 +86,7 @@ GEVENT_SCRIPT = textwrap.dedent(
     from gevent.threadpool import ThreadPool
 
     from hermes_actors.store import SessionStore
-    from hermes_actors.store.executor import DbExecutor
+    from hermes_actors.store.backends.sqlite.executor import DbExecutor
     from hermes_actors.model.source import SessionSource
 
     native_ident = get_original("_thread", "get_ident")

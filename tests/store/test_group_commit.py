@@ -14,8 +14,8 @@ import pytest
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import SessionDB
-from hermes_actors.store import executor as executor_module
-from hermes_actors.store.executor import DbExecutor
+from hermes_actors.store.backends.sqlite import executor as executor_module
+from hermes_actors.store.backends.sqlite.executor import DbExecutor
 from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
 
 from .conftest import dm

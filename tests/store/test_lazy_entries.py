@@ -184,7 +184,7 @@ class TestEntryMap:
         assert entries.texts()[self.KEY] == json.dumps(newer.to_dict())
 
     def test_python_rule_and_sql_index_agree(self):
-        from hermes_actors.store.schema import ROUTING_MAY_NEED_RECOVERY
+        from hermes_actors.store.backends.sqlite.schema import ROUTING_MAY_NEED_RECOVERY
 
         plain = self._entry("20240101_000000_aaaa0001").to_dict()
         decoy = {"active_turn_token": None, "resume_pending": False}

@@ -9,7 +9,7 @@ import pytest
 
 from hermes_actors.config import load_config
 from hermes_actors.store import SessionDB, atomic_write_bytes, atomic_write_json
-from hermes_actors.store.mirror import README
+from hermes_actors.store.backends.files.mirror import README
 
 from .conftest import dm
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hermes_actors.store.mirror import render_mirror, render_mirror_text
+from hermes_actors.store.backends.files.mirror import render_mirror, render_mirror_text
 
 
 class TestMirrorText:

@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreUnavailableError
 from hermes_actors.store import SessionDB
-from hermes_actors.store.db import WRITER_ENV, StoreUnavailableError
-from hermes_actors.store.writer_process import LOCK_SUFFIX, decode_ops, encode_ops, writer_lock
+from hermes_actors.store.backends.sqlite.db import WRITER_ENV
+from hermes_actors.store.backends.sqlite.writer_process import (
+    LOCK_SUFFIX,
+    decode_ops,
+    encode_ops,
+    writer_lock,
+)
 
 PRELUDE = textwrap.dedent(
     """
@@ -31,7 +36,7 @@ PRELUDE = textwrap.dedent(
 
     from hermes_actors.errors import StoreError
     from hermes_actors.store import SessionDB
-    from hermes_actors.store.db import StoreUnavailableError
+    from hermes_actors.errors import StoreUnavailableError
     from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
 
     def ops(n):
@@ -104,7 +109,7 @@ GROUPS = PRELUDE + textwrap.dedent(
 
 CHILD_DIES = PRELUDE + textwrap.dedent(
     """
-    from hermes_actors.store.writer_process import MAX_IN_FLIGHT
+    from hermes_actors.store.backends.sqlite.writer_process import MAX_IN_FLIGHT
 
     db.apply(ops(1))
     child = db.writer_pid
@@ -284,7 +289,7 @@ class TestWriterProcess:
 
     def test_a_child_of_other_code_refuses_to_serve(self, tmp_path):
         result = subprocess.run(
-            [sys.executable, "-m", "hermes_actors.store.writer_process",
+            [sys.executable, "-m", "hermes_actors.store.backends.sqlite.writer_child",
              str(tmp_path / "state.db"), str(os.getpid()), "not-this-table"],
             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and "op table mismatch" in result.stderr

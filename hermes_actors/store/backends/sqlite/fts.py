@@ -23,7 +23,7 @@ from typing import Any
 import peewee as pw
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.schema import FTS_DDL, FTS_SHADOW_TABLES, FTS_TRIGGERS
+from hermes_actors.store.backends.sqlite.schema import FTS_DDL, FTS_SHADOW_TABLES, FTS_TRIGGERS
 from hermes_actors.store.transcript import public_message
 
 __all__ = ["FTS_STATES", "detach", "rebuild", "search", "status"]

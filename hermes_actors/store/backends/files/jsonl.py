@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hermes_actors._green import off_the_hub
 from hermes_actors.model.entry import validate_session_id
 from hermes_actors.model.jsontext import to_json
-from hermes_actors.store.atomic import off_the_hub
 from hermes_actors.store.transcript import public_message
 
 __all__ = ["JsonlTranscripts", "SUFFIX"]

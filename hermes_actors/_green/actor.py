@@ -1,37 +1,23 @@
-"""Starting concurrent work cheaply: a greenlet under gevent, a daemon thread otherwise.
+"""``LightActor`` and ``GreenFuture``: pykka actors that are bare greenlets under gevent.
 
-Under ``gevent.monkey.patch_all()`` a ``threading.Thread`` is a greenlet wrapped in a
-thread object, and ``Thread.start()`` blocks its caller until the new greenlet has run (a
-hub round trip). Session actors and turn workers are started by the thousand, so there they
-are spawned as bare greenlets: no wait, no thread bookkeeping. For the same reason a
-:class:`LightActor`'s inbox and futures are gevent's (compiled) queue and event there,
-instead of ``queue.Queue`` and ``ThreadingFuture``, whose patched ``Condition`` objects are
-pure Python: every ask paid for building one. Without gevent nothing changes: real daemon
-threads, pykka's own inbox and futures.
+A :class:`LightActor`'s inbox and futures are gevent's (compiled) queue and event under
+gevent, instead of ``queue.Queue`` and ``ThreadingFuture``, whose patched ``Condition``
+objects are pure Python: every ask paid for building one. Its loop is a bare greenlet (no
+``Thread.start()`` round trip). Without gevent nothing changes: a daemon thread, pykka's own
+inbox and futures.
 """
 
 from __future__ import annotations
 
 import queue
 import sys
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pykka
 
-from hermes_actors.store.executor import gevent_threading_patched
+from hermes_actors._green import gevent_threading_patched
 
-__all__ = ["GreenFuture", "LightActor", "spawn"]
-
-def spawn(fn: Callable[[], Any], name: str) -> None:
-    """Run ``fn()`` concurrently: a bare greenlet under gevent, else a daemon thread."""
-    if gevent_threading_patched():
-        import gevent
-
-        gevent.spawn(fn)
-    else:
-        threading.Thread(target=fn, name=name, daemon=True).start()
+__all__ = ["GreenFuture", "LightActor"]
 
 
 class GreenFuture(pykka.Future):

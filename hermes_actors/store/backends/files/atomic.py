@@ -13,11 +13,10 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "off_the_hub", "TEMP_SUFFIX"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "TEMP_SUFFIX"]
 
 #: Suffix of the temporary files; a crash can leave one behind, never a half-written target.
 TEMP_SUFFIX = ".tmp"
@@ -75,23 +74,3 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any, *, indent: int | 
     """
     text = json.dumps(data, ensure_ascii=False, indent=indent)
     atomic_write_bytes(path, (text + "\n").encode("utf-8"))
-
-
-def off_the_hub(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run blocking file I/O (``fn(*args)``) where it cannot stall every greenlet.
-
-    Under gevent a write and fsync of a large mirror (74 MB at 100,000 sessions) would
-    block the hub, and with it every actor, for tens of milliseconds; there it runs on a
-    native thread of the hub's thread pool while the calling greenlet waits. Plain
-    processes just call it.
-    """
-    from hermes_actors.store.executor import gevent_threading_patched
-
-    if gevent_threading_patched():
-        import gevent
-        from gevent.monkey import get_original
-
-        hub = gevent.get_hub()
-        if hub.thread_ident == get_original("_thread", "get_ident")():
-            return hub.threadpool.apply(fn, args)
-    return fn(*args)

@@ -7,7 +7,7 @@ hand a function to the worker and wait for its result; the database sees one ser
 Why batches: a caller that arrives while the worker is busy joins the *open batch*, and the
 worker takes the whole batch at once when it is free. One hand-off (one wake-up of the
 worker, one wake-up of the waiting callers) then serves many calls, and consecutive calls
-of the same *group function* run as one call of it: :class:`~hermes_actors.store.db.SessionDB`
+of the same *group function* run as one call of it: :class:`~hermes_actors.store.backends.sqlite.db.SessionDB`
 uses that for group commit (several callers' write transactions merged into one COMMIT).
 There is no timer: at low load a batch holds one call and nothing waits for company; under
 load batches grow by themselves while the worker is busy. Calls run in arrival order, and a
@@ -31,12 +31,12 @@ collect more callers (adds latency at low load, and the busy worker already coll
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+from hermes_actors._green import gevent_threading_patched
 from hermes_actors.errors import StoreError
 
 __all__ = [
@@ -45,8 +45,6 @@ __all__ = [
     "ExecutorStatistics",
     "GroupFn",
     "call_back",
-    "gevent_threading_patched",
-    "new_rlock",
 ]
 
 log = logging.getLogger("hermes_actors.store")
@@ -85,35 +83,6 @@ class _Counters:
 
     def __init__(self) -> None:
         self.batches = self.calls = self.group_calls = self.grouped = self.largest_group = 0
-
-
-_patched: list[bool] = []  # once gevent has patched threading, it stays patched
-
-
-def gevent_threading_patched() -> bool:
-    """Whether gevent has monkey-patched ``threading`` in this process (asked on hot
-    paths: a yes is remembered)."""
-    if _patched:
-        return True
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("threading"):
-        _patched.append(True)
-        return True
-    return False
-
-
-def new_rlock() -> Any:
-    """A re-entrant lock for greenlets and threads of this process's runtime.
-
-    Under gevent, ``threading.RLock`` is threading's pure-Python fallback (every acquire a
-    few Python frames); gevent's own is compiled. Only for locks that native helper threads
-    (the database worker, the hub's thread pool) never take.
-    """
-    if gevent_threading_patched():
-        from gevent.lock import RLock
-
-        return RLock()
-    return threading.RLock()
 
 
 class _Job:

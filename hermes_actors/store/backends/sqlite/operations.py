@@ -1,8 +1,8 @@
 """How each write operation (:mod:`hermes_actors.store.ops`) becomes SQL on SQLite.
 
-One small handler per operation, all run by :class:`~hermes_actors.store.db.SessionDB` on its
+One small handler per operation, all run by :class:`~hermes_actors.store.backends.sqlite.db.SessionDB` on its
 worker thread inside the transaction of an ``apply`` (or of a group commit, see
-:meth:`~hermes_actors.store.db.SessionDB.apply`).
+:meth:`~hermes_actors.store.backends.sqlite.db.SessionDB.apply`).
 
 Why the operations of a turn are raw SQL: building a statement with peewee's query builder
 costs ~70 µs, executing a prepared one ~2 µs, and a turn runs about ten of them on the one
@@ -21,6 +21,7 @@ import peewee as pw
 
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
+from hermes_actors.store.backends.sqlite.schema import Models
 from hermes_actors.store.ops import (
     AcceptEvent,
     AddTokens,
@@ -39,7 +40,6 @@ from hermes_actors.store.ops import (
     WithdrawEvent,
 )
 from hermes_actors.store.outbox import sqlite_outbox_handlers
-from hermes_actors.store.schema import Models
 
 __all__ = ["SqliteOps"]
 

@@ -1,6 +1,6 @@
 """``SessionDB``: the canonical store, peewee over SQLite in WAL mode (§5).
 
-Everything runs on one :class:`~hermes_actors.store.executor.DbExecutor` worker that owns the
+Everything runs on one :class:`~hermes_actors.store.backends.sqlite.executor.DbExecutor` worker that owns the
 connection. Writes arrive as lists of operations (:mod:`hermes_actors.store.ops`) and each
 list is applied atomically in a ``BEGIN IMMEDIATE`` transaction, so a crash leaves either all
 of a change or none of it.
@@ -23,7 +23,7 @@ Write failures, in the order they are handled:
    on which the store switches to degraded mode instead of dropping the write.
 3. Constraint violations are programming errors: :class:`StoreError` at once, no retry.
 
-Only this module and :mod:`~hermes_actors.store.fts` know they talk to SQLite; the methods
+Only this module and :mod:`~hermes_actors.store.backends.sqlite.fts` know they talk to SQLite; the methods
 are the ones a PostgreSQL implementation would provide (§16).
 """
 
@@ -40,22 +40,19 @@ from typing import Any, TypeVar
 
 import peewee as pw
 
-from hermes_actors.errors import StoreError
-from hermes_actors.store import fts
-from hermes_actors.store.checkpointer import FALLBACK_PAGES
-from hermes_actors.store.executor import (
-    DbExecutor,
-    ExecutorStatistics,
-    gevent_threading_patched,
-)
-from hermes_actors.store.ops import Op
-from hermes_actors.store.schema import (
+from hermes_actors._green import gevent_threading_patched
+from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.store.backends.sqlite import fts
+from hermes_actors.store.backends.sqlite.checkpointer import FALLBACK_PAGES
+from hermes_actors.store.backends.sqlite.executor import DbExecutor, ExecutorStatistics
+from hermes_actors.store.backends.sqlite.operations import SqliteOps
+from hermes_actors.store.backends.sqlite.schema import (
     ROUTING_MAY_NEED_RECOVERY,
     bind_models,
     migrate,
     repair_canonical_tables,
 )
-from hermes_actors.store.sqlite_ops import SqliteOps
+from hermes_actors.store.ops import Op
 from hermes_actors.store.transcript import public_message, reply_after_marker
 
 __all__ = [
@@ -87,10 +84,6 @@ def _may_be_index_damage(exc: Exception) -> bool:
     """Whether a write error could come from a corrupt FTS index (worth an FTS check)."""
     text = str(exc).lower()
     return not any(marker in text for marker in _ENVIRONMENTAL)
-
-
-class StoreUnavailableError(StoreError):
-    """The database cannot be opened or written; the store falls back to degraded mode."""
 
 
 def _pragmas(read_only: bool, writer: str) -> list[tuple[str, Any]]:
@@ -148,7 +141,7 @@ class SessionDB:
 
     ``writer`` picks where writes are committed: ``"thread"`` (the worker thread, with the
     reads) or ``"process"`` (a child process, see
-    :mod:`~hermes_actors.store.writer_process`; needs gevent). The default comes from the
+    :mod:`~hermes_actors.store.backends.sqlite.writer_process`; needs gevent). The default comes from the
     ``HERMES_ACTORS_DB_WRITER`` environment variable, else ``"process"`` when gevent has
     patched ``threading`` and ``"thread"`` otherwise. ``"inline"`` runs every call in the
     caller's own thread, for a process with a single thread (the writer process itself).
@@ -187,7 +180,7 @@ class SessionDB:
     def _start_writer_process(self) -> None:
         import gevent
 
-        from hermes_actors.store.writer_process import WriterProcess, writer_lock
+        from hermes_actors.store.backends.sqlite.writer_process import WriterProcess, writer_lock
 
         self._writer_lock = writer_lock(self.path, BUSY_TIMEOUT_MS / 1000, gevent.sleep)
         try:

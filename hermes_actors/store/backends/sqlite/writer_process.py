@@ -16,7 +16,7 @@ op lists each encoded on its own (:func:`encode_ops`). The child answers each re
 ``(ok, value)`` pairs in the same order. It is spawned before the parent opens (and migrates)
 the database, so its interpreter starts while the parent works, and it opens the database
 at the first request, which comes only after the parent's open. Its commits never copy the
-log back into the database: a :class:`~hermes_actors.store.checkpointer.Checkpointer`
+log back into the database: a :class:`~hermes_actors.store.backends.sqlite.checkpointer.Checkpointer`
 thread of the child does that a few times a second.
 
 Order: at most :data:`MAX_IN_FLIGHT` frames are in flight and the child runs them in order;
@@ -51,23 +51,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
-from hermes_actors.errors import StoreError
-from hermes_actors.store.checkpointer import Checkpointer
-from hermes_actors.store.db import SessionDB, StoreUnavailableError
-from hermes_actors.store.executor import MAX_GROUP, call_back
+from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.store.backends.sqlite.executor import MAX_GROUP, call_back
 from hermes_actors.store.ops import Op
 
-__all__ = ["LOCK_SUFFIX", "MAX_IN_FLIGHT", "WriterProcess", "decode_ops", "encode_ops",
-           "writer_lock"]
+__all__ = ["CHILD_MODULE", "HEADER", "LOCK_SUFFIX", "MAX_IN_FLIGHT", "OPS_FINGERPRINT",
+           "WriterProcess", "decode_ops", "encode_frame", "encode_ops", "writer_lock"]
 
 log = logging.getLogger("hermes_actors.store")
 
 #: The writer lock beside the database: ``<database>`` + this suffix.
 LOCK_SUFFIX = "-writer.lock"
 
-_HEADER = struct.Struct("<I")
+#: The module the child runs (``python -m``).
+CHILD_MODULE = "hermes_actors.store.backends.sqlite.writer_child"
+#: A frame's length prefix.
+HEADER = struct.Struct("<I")
 _LOCK_FD = 3  # where the child holds the inherited writer lock
-_PR_SET_PDEATHSIG = 1
 _PIPE_SIZE = 1 << 20
 _REAP_WAIT = 5.0  # seconds a child whose pipe closed gets to finish exiting
 #: Frames sent and not answered yet, at most: the next one waits in the pipe while the
@@ -120,9 +120,10 @@ def decode_ops(blob: bytes) -> list[Any]:
     return pickle.loads(blob[1:])
 
 
-def _frame(obj: Any) -> bytes:
+def encode_frame(obj: Any) -> bytes:
+    """``obj`` as one frame: its length, then its pickle."""
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(data)) + data
+    return HEADER.pack(len(data)) + data
 
 
 def writer_lock(path: Path, wait_s: float, sleep: Callable[[float], None]) -> int:
@@ -243,7 +244,7 @@ class WriterProcess:
         try:
             pid = get_original("os", "posix_spawn")(
                 sys.executable,
-                [sys.executable, "-m", __name__, str(path), str(os.getpid()), OPS_FINGERPRINT],
+                [sys.executable, "-m", CHILD_MODULE, str(path), str(os.getpid()), OPS_FINGERPRINT],
                 env,
                 file_actions=[(dup2, req_r, 0), (dup2, rep_w, 1), (dup2, lock_copy, _LOCK_FD)],
             )
@@ -293,7 +294,7 @@ class WriterProcess:
                 frame = self._pending.popleft()
                 self._inflight.append(frame)
                 try:
-                    view = memoryview(_frame(frame.blobs))
+                    view = memoryview(encode_frame(frame.blobs))
                     while view:  # a full pipe: nb_write waits for room
                         view = view[nb_write(self._req_w, view):]
                 except BaseException as exc:  # a torn frame: the child can never resync
@@ -391,12 +392,12 @@ class WriterProcess:
                 if not chunk:
                     raise EOFError("end of file")
                 buffer += chunk
-                while len(buffer) >= _HEADER.size:
-                    (size,) = _HEADER.unpack_from(buffer)
-                    if len(buffer) < _HEADER.size + size:
+                while len(buffer) >= HEADER.size:
+                    (size,) = HEADER.unpack_from(buffer)
+                    if len(buffer) < HEADER.size + size:
                         break
-                    answer = pickle.loads(buffer[_HEADER.size:_HEADER.size + size])
-                    del buffer[:_HEADER.size + size]
+                    answer = pickle.loads(buffer[HEADER.size:HEADER.size + size])
+                    del buffer[:HEADER.size + size]
                     self._answered(answer)
         except Exception as exc:  # noqa: BLE001 - any broken answer ends the child's use
             if self._closing and not self._inflight and not self._pending:
@@ -506,105 +507,3 @@ class WriterProcess:
         if self._reap(wait_s=_REAP_WAIT) == "still running":
             log.warning("the database writer process %d did not exit; killing it", self.pid)
             self._kill_and_reap()
-
-
-# -- the child ------------------------------------------------------------------------------
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    if os.getppid() != parent_pid:  # the parent died before the line above took effect
-        os._exit(1)
-
-
-def _read_blocking(fd: int, n: int) -> bytes:
-    parts = []
-    while n:
-        chunk = os.read(fd, n)
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
-
-
-def _write_blocking(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _answer(outcomes: list[tuple[bool, Any]]) -> bytes:
-    """The answer frame; an error is sent as :class:`StoreError` text unless it pickles and
-    unpickles as itself."""
-    safe = []
-    for ok, value in outcomes:
-        if not ok:
-            try:
-                pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-            except Exception:  # noqa: BLE001 - it travels as text instead
-                value = StoreError(f"{type(value).__name__}: {value}")
-        safe.append((ok, value))
-    return _frame(safe)
-
-
-def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
-    """Apply the readable op lists as one group; an unreadable list fails alone."""
-    lists: list[Any] = []
-    outcomes: list[tuple[bool, Any] | None] = []
-    for blob in blobs:
-        try:
-            lists.append(decode_ops(blob))
-            outcomes.append(None)
-        except Exception as exc:  # noqa: BLE001 - e.g. a class only the parent can import
-            outcomes.append((False, StoreError(f"the database writer cannot read a write: "
-                                               f"{type(exc).__name__}: {exc}")))
-    try:
-        applied = iter(db.apply_lists(lists) if lists else [])
-    except Exception as exc:  # noqa: BLE001 - a failure of the group fails its lists
-        applied = iter([(False, exc)] * len(lists))
-    return [next(applied) if outcome is None else outcome for outcome in outcomes]
-
-
-def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int:
-    """The child's main loop: answer frames until end-of-file (opening the database at the
-    first one)."""
-    _die_with_parent(parent_pid)
-    if fingerprint != OPS_FINGERPRINT:  # the parent encodes ops another way: never guess
-        sys.stderr.write("hermes_actors: the database writer process runs other code than "
-                         "the gateway (op table mismatch); restart the gateway\n")
-        return 2
-    for signum in (signal.SIGINT, signal.SIGTERM):  # stopping is the parent's decision: it
-        signal.signal(signum, signal.SIG_IGN)  # closes the pipe (or dies: PDEATHSIG)
-    answers = os.dup(1)
-    os.dup2(2, 1)  # anything printed by accident goes to stderr, not into the protocol
-    db = checkpointer = None
-    try:
-        while True:
-            try:
-                (size,) = _HEADER.unpack(_read_blocking(0, _HEADER.size))
-                blobs = pickle.loads(_read_blocking(0, size))
-            except EOFError:
-                return 0
-            if db is None:
-                try:
-                    db = SessionDB(path, writer="inline")  # this thread owns the connection
-                except StoreError as exc:
-                    error = StoreUnavailableError(f"the database writer cannot open it: {exc}")
-                    _write_blocking(answers, _answer([(False, error)] * len(blobs)))
-                    return 1
-                checkpointer = Checkpointer(path)  # commits never copy the log back
-            _write_blocking(answers, _answer(_apply_frame(db, blobs)))
-    finally:
-        if checkpointer is not None:
-            checkpointer.close()
-        if db is not None:
-            db.close()
-
-
-if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4]))

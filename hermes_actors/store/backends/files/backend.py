@@ -16,7 +16,7 @@ from typing import Any
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import ledger
-from hermes_actors.store.jsonl import JsonlTranscripts
+from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
 from hermes_actors.store.ops import (
     OUTBOX_OPS,
     AcceptEvent,

@@ -25,7 +25,8 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermes_actors.store.atomic import atomic_write_bytes, atomic_write_json, off_the_hub
+from hermes_actors._green import off_the_hub
+from hermes_actors.store.backends.files.atomic import atomic_write_bytes, atomic_write_json
 
 #: A JSON string literal of ``str`` (as ``json.dumps(..., ensure_ascii=False)``, faster).
 _quote = encode_basestring

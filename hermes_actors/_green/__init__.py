@@ -1,0 +1,81 @@
+"""The one concurrency layer: plain threads, or greenlets once gevent has patched ``threading``.
+
+Everything in the runtime and the store that depends on *how* it runs concurrently asks here:
+whether gevent has monkey-patched ``threading`` (:func:`gevent_threading_patched`), which lock
+to take (:func:`new_rlock`), how to start work (:func:`spawn`), and how to keep blocking file
+I/O from stalling the hub (:func:`off_the_hub`). The light actor and its future, the same
+choice for pykka, are in :mod:`hermes_actors._green.actor` (kept apart: the database writer
+process imports this module and must not pay for pykka).
+
+Why the runtime needs to know at all: under ``gevent.monkey.patch_all()`` a
+``threading.Thread`` is a greenlet wrapped in a thread object whose ``start()`` waits for a
+hub round trip, and ``threading.RLock`` falls back to pure Python. Session actors and turn
+workers are started by the thousand, so there they are bare greenlets, and locks are gevent's
+compiled ones. Without gevent nothing changes: real daemon threads and ``threading`` locks.
+Rejected: a gevent module of pykka (pykka 4 has none), and patching pykka's internals.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["gevent_threading_patched", "new_rlock", "off_the_hub", "spawn"]
+
+_patched: list[bool] = []  # once gevent has patched threading, it stays patched
+
+
+def gevent_threading_patched() -> bool:
+    """Whether gevent has monkey-patched ``threading`` in this process (asked on hot
+    paths: a yes is remembered)."""
+    if _patched:
+        return True
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        _patched.append(True)
+        return True
+    return False
+
+
+def new_rlock() -> Any:
+    """A re-entrant lock for greenlets and threads of this process's runtime.
+
+    Under gevent, ``threading.RLock`` is threading's pure-Python fallback (every acquire a
+    few Python frames); gevent's own is compiled. Only for locks that native helper threads
+    (the database worker, the hub's thread pool) never take.
+    """
+    if gevent_threading_patched():
+        from gevent.lock import RLock
+
+        return RLock()
+    return threading.RLock()
+
+
+def spawn(fn: Callable[[], Any], name: str) -> None:
+    """Run ``fn()`` concurrently: a bare greenlet under gevent, else a daemon thread."""
+    if gevent_threading_patched():
+        import gevent
+
+        gevent.spawn(fn)
+    else:
+        threading.Thread(target=fn, name=name, daemon=True).start()
+
+
+def off_the_hub(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking file I/O (``fn(*args)``) where it cannot stall every greenlet.
+
+    Under gevent a write and fsync of a large mirror (74 MB at 100,000 sessions) would
+    block the hub, and with it every actor, for tens of milliseconds; there it runs on a
+    native thread of the hub's thread pool while the calling greenlet waits. Plain
+    processes (and native threads other than the hub's) just call it.
+    """
+    if gevent_threading_patched():
+        import gevent
+        from gevent.monkey import get_original
+
+        hub = gevent.get_hub()
+        if hub.thread_ident == get_original("_thread", "get_ident")():
+            return hub.threadpool.apply(fn, args)
+    return fn(*args)
