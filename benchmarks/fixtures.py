@@ -59,12 +59,16 @@ def _template(now: float) -> dict[str, Any]:
     from hermes_actors.model.keys import build_session_key
     from hermes_actors.model.timeutil import from_epoch
     from hermes_actors.store import lifecycle
+    from hermes_actors.store.routing import FLAG_FIELDS
 
     src = dm_source(0)
     assert build_session_key(src) == dm_key(0), "the fixture's key pattern drifted"
     entry = lifecycle.fresh_entry(dm_key(0), src, from_epoch(now))
     assert isinstance(entry, SessionEntry)
-    return entry.to_dict()
+    data = entry.to_dict()
+    for name in FLAG_FIELDS:  # stored as columns, not in the entry text
+        del data[name]
+    return data
 
 
 def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int = 0,
@@ -72,7 +76,6 @@ def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int 
     """Write ``<home>/state.db`` with ``sessions`` DM sessions; the first ``markers`` have a
     fresh turn marker and a persisted user message, the first ``replied`` of those also a
     persisted final reply."""
-    from hermes_actors.model.timeutil import from_epoch, isoformat
     from hermes_actors.store import SessionDB
 
     now = _T0 if now is None else now
@@ -80,7 +83,6 @@ def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int 
     path = home / "state.db"
     SessionDB(path).close()
     template = _template(now)
-    marker_at = isoformat(from_epoch(now - 60.0))
     sessions_rows, routing_rows, message_rows = [], [], []
     for n in range(sessions):
         entry = copy.deepcopy(template)
@@ -91,17 +93,17 @@ def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int 
         entry["origin"]["user_name"] = f"user {n}"
         entry["display_name"] = f"user {n}"
         count = 0
+        token = started = None
         if n < markers:
-            token = uuid.UUID(int=n + 1).hex
-            entry["active_turn_token"] = token
-            entry["active_turn_started_at"] = marker_at
+            token, started = uuid.UUID(int=n + 1).hex, now - 60.0
             message_rows.append((sid, "user", f"question {n}", now - 60.0, token, 0))
             count = 1
             if n < replied:
                 message_rows.append((sid, "assistant", f"answer {n}", now - 30.0, token, 1))
                 count = 2
         sessions_rows.append((sid, key, json.dumps(entry["origin"]), now - 3600.0, count))
-        routing_rows.append((key, json.dumps(entry, ensure_ascii=False), now - 3600.0))
+        routing_rows.append((key, json.dumps(entry, ensure_ascii=False), now - 3600.0, token,
+                             started))
     conn = open_raw(path, synchronous="OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -109,8 +111,8 @@ def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int 
             "INSERT INTO sessions (id, session_key, source, started_at, message_count)"
             " VALUES (?, ?, ?, ?, ?)", sessions_rows)
         conn.executemany(
-            "INSERT INTO routing (session_key, entry, updated_at) VALUES (?, ?, ?)",
-            routing_rows)
+            "INSERT INTO routing (session_key, entry, updated_at, active_turn_token,"
+            " active_turn_started_at) VALUES (?, ?, ?, ?, ?)", routing_rows)
         conn.executemany(
             "INSERT INTO messages (session_id, role, content, timestamp, turn_token, is_reply)"
             " VALUES (?, ?, ?, ?, ?, ?)", message_rows)

@@ -2,11 +2,11 @@
 
 **The raw bound** (:func:`raw_turn_bound`): the physical limit of this machine for the
 durable rows of a turn, batched as well as SQLite allows. Per turn, the same rows the
-runtime writes: the inbox row; the routing upsert that sets the turn marker; the user
+runtime writes: the inbox row; the routing flag columns that set the turn marker; the user
 message (FTS trigger on) and the ``message_count`` bump; the inbox consumption; the
 assistant message and its bump; the ledger row and its two state changes (``attempting``,
-``delivered``); the routing upsert that clears the marker; and, for a session's first turn,
-its ``sessions`` and routing rows. Every payload (event JSON, entry JSON) is serialised
+``delivered``); the flag columns that clear the marker; and, for a session's first turn,
+its ``sessions`` and routing rows (the entry text, flags as columns). Every payload (event JSON, entry JSON) is serialised
 before the clock starts, statements are prepared once and run with ``executemany`` over a
 thousand turns per transaction, with the store's pragmas (WAL, ``synchronous=NORMAL``).
 
@@ -37,6 +37,9 @@ _SQL = {
     "routing": "INSERT INTO routing (session_key, entry, updated_at) VALUES (?, ?, ?)"
                " ON CONFLICT (session_key) DO UPDATE SET entry = excluded.entry,"
                " updated_at = excluded.updated_at",
+    "flags": "UPDATE routing SET active_turn_token = ?, active_turn_started_at = ?,"
+             " active_turn_internal = 0, resume_pending = 0, suspended = 0, updated_at = ?"
+             " WHERE session_key = ?",
     "inbox": "INSERT INTO inbox (event_id, session_key, payload, internal, received_at)"
              " VALUES (?, ?, ?, 0, ?)",
     "message": "INSERT INTO messages (session_id, role, content, timestamp, turn_token,"
@@ -48,35 +51,32 @@ _SQL = {
               " thread_id, content, kind, state, attempts, created_at, updated_at)"
               " VALUES (?, ?, 'telegram', ?, NULL, ?, 'reply', 'pending', 0, ?, ?)",
     "attempt": "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1,"
-               " owner_pid = ?, owner_started_at = ?, updated_at = ? WHERE obligation_id = ?",
+               " owner_node = ?, owner_boot = ?, updated_at = ? WHERE obligation_id = ?",
     "finish": "UPDATE deliveries SET state = 'delivered', updated_at = ?"
               " WHERE obligation_id = ?",
 }
 
 
-def _entries(sessions: int, now: float,
-             texts: bool = True) -> tuple[list[Any], list[str], list[str]]:
-    """Per session: its real ``SessionEntry``, and (``texts``) its entry JSON with and
-    without a turn marker."""
+def _entries(sessions: int, now: float, texts: bool = True) -> tuple[list[Any], list[str]]:
+    """Per session: its real ``SessionEntry``, and (``texts``) its stored entry text (the
+    JSON without the flag columns)."""
     from dataclasses import replace
 
     from hermes_actors.model.timeutil import from_epoch
     from hermes_actors.store import lifecycle
+    from hermes_actors.store.routing import entry_text
 
     when = from_epoch(now)
-    objects, marked, cleared = [], [], []
+    objects, stored = [], []
     for n in range(sessions):
         # a deterministic id: fresh ids carry 32 random bits, and among 10,000 sessions
         # created in one second a collision is likely enough to break a run now and then
         entry = replace(lifecycle.fresh_entry(dm_key(n), dm_source(n), when),
                         session_id=f"{when:%Y%m%d_%H%M%S}_{n:08x}")
         objects.append(entry)
-        if not texts:
-            continue
-        cleared.append(json.dumps(entry.to_dict(), ensure_ascii=False))
-        busy = replace(entry, active_turn_token=uuid.uuid4().hex, active_turn_started_at=when)
-        marked.append(json.dumps(busy.to_dict(), ensure_ascii=False))
-    return objects, marked, cleared
+        if texts:
+            stored.append(entry_text(entry))
+    return objects, stored
 
 
 def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 1000) -> float:
@@ -88,7 +88,7 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
     path = home / "state.db"
     SessionDB(path).close()
     now = time.time()
-    objects, marked, cleared = _entries(sessions, now)
+    objects, stored = _entries(sessions, now)
     sources = [dm_source(n) for n in range(sessions)]
     rounds = []
     for m in range(messages):
@@ -108,11 +108,12 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
             if m == 0:
                 conn.executemany(_SQL["session"], [
                     (objects[n].session_id, dm_key(n), "{}", now) for n, *_ in chunk])
-                conn.executemany(_SQL["routing"], [(dm_key(n), cleared[n], now)
+                conn.executemany(_SQL["routing"], [(dm_key(n), stored[n], now)
                                                    for n, *_ in chunk])
             conn.executemany(_SQL["inbox"], [(e, dm_key(n), p, now)
                                               for n, e, p, *_ in chunk])
-            conn.executemany(_SQL["routing"], [(dm_key(n), marked[n], now) for n, *_ in chunk])
+            conn.executemany(_SQL["flags"], [(tok, now, now, dm_key(n))
+                                             for n, _e, _p, tok, *_ in chunk])
             conn.executemany(_SQL["message"], [
                 (objects[n].session_id, "user", text, now, tok, 0)
                 for n, _e, _p, tok, _o, text in chunk])
@@ -125,9 +126,9 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
             conn.executemany(_SQL["ledger"], [
                 (o, dm_key(n), str(n), "echo: " + text, now, now)
                 for n, _e, _p, _t, o, text in chunk])
-            conn.executemany(_SQL["attempt"], [(1, now, now, o) for *_, o, _text in chunk])
-            conn.executemany(_SQL["routing"], [(dm_key(n), cleared[n], now)
-                                               for n, *_ in chunk])
+            conn.executemany(_SQL["attempt"], [("node", "boot", now, o)
+                                               for *_, o, _text in chunk])
+            conn.executemany(_SQL["flags"], [(None, None, now, dm_key(n)) for n, *_ in chunk])
             conn.executemany(_SQL["finish"], [(now, o) for *_, o, _text in chunk])
             conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
@@ -159,7 +160,7 @@ def reference_turns(home: Path, sessions: int, *, budget_s: float, max_turns: in
     db_path, mirror = home / "state.db", home / "sessions.json"
     SessionDB(db_path).close()
     now = time.time()
-    objects, _marked, _cleared = _entries(sessions, now, texts=False)
+    objects, _ = _entries(sessions, now, texts=False)
     entries = {e.session_key: e for e in objects}
     conn = open_raw(db_path)
     conn.execute("BEGIN")
@@ -213,7 +214,7 @@ def reference_change(home: Path, sessions: int, *, repeats: int) -> float:
     from hermes_actors.model.timeutil import from_epoch
 
     home.mkdir(parents=True, exist_ok=True)
-    objects, _marked, _cleared = _entries(sessions, time.time(), texts=False)
+    objects, _ = _entries(sessions, time.time(), texts=False)
     entries = {e.session_key: e for e in objects}
     mirror = home / "sessions.json"
     _save_mirror(mirror, entries)

@@ -31,6 +31,8 @@ __all__ = [
     "OpenAIConfig",
     "PrivacyConfig",
     "RestartStormConfig",
+    "STORE_BACKENDS",
+    "StoreConfig",
     "WhatsAppConfig",
     "load_config",
 ]
@@ -283,6 +285,17 @@ class WhatsAppConfig:
             object.__setattr__(self, "lid_aliases", {})
 
 
+#: The store backends ``store.backend`` names (PostgreSQL comes with its own issue).
+STORE_BACKENDS = ("sqlite",)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``store``: where the canonical store lives (``sqlite``: ``<home>/state.db``)."""
+
+    backend: str = _opt(_choice(*STORE_BACKENDS), "sqlite")
+
+
 @dataclass(frozen=True)
 class GatewayConfig:
     """The whole configuration; build it with :func:`load_config`."""
@@ -306,6 +319,7 @@ class GatewayConfig:
     platforms: tuple[str, ...] = _opt(_platform_list, ())
     home_channels: dict[str, HomeChannel] = _opt(_home_channels, None)
     whatsapp: WhatsAppConfig = _section(WhatsAppConfig)
+    store: StoreConfig = _section(StoreConfig)
     #: Dotted paths of legacy keys that were accepted and ignored (``session_reset.mode``).
     ignored_keys: tuple[str, ...] = ()
     #: Dotted paths of keys that are not part of §13.
@@ -338,6 +352,7 @@ ENV_OVERRIDES = {
     "HERMES_HTTP_HOST": "http.host",
     "HERMES_HTTP_PORT": "http.port",
     "HERMES_HTTP_TOKEN": "http.token",
+    "HERMES_STORE_BACKEND": "store.backend",
 }
 
 

@@ -193,20 +193,17 @@ class _GatewayCollector(Collector):
         store = self._gw.store
         yield GaugeMetricFamily("hermes_sessions_stored", "Routing entries in the store.",
                                 value=float(store.statistics().sessions))
-        yield GaugeMetricFamily("hermes_store_degraded", "Whether the store runs without SQLite.",
+        yield GaugeMetricFamily("hermes_store_degraded", "Whether the store runs without its database (degraded mode).",
                                 value=1.0 if store.degraded else 0.0)
         try:
-            rows = store.ledger_rows(LEDGER_STATES)
+            counts = store.ledger_counts()
         except Exception:  # noqa: BLE001 - a scrape must not fail on one read
             log.exception("cannot read the delivery ledger for metrics")
             return
-        counts = dict.fromkeys(LEDGER_STATES, 0)
-        for row in rows:
-            counts[row["state"]] = counts.get(row["state"], 0) + 1
         family = GaugeMetricFamily("hermes_ledger_obligations",
                                    "Delivery obligations by state.", labels=["state"])
-        for state, count in counts.items():
-            family.add_metric([state], float(count))
+        for state in LEDGER_STATES:
+            family.add_metric([state], float(counts.get(state, 0)))
         yield family
 
 

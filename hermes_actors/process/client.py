@@ -132,20 +132,35 @@ def _await_answer(client: GatewayClient, options: SendOptions, key: str, event_i
     noticed = False
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return noticed and _idle(client, key)
-        poll = min(remaining, _NOTICE_POLL if noticed else _POLL)
-        page = client.outbox(options.chat_id, options.platform, cursor, poll)
-        cursor = page["cursor"]
-        for message in page["messages"]:
-            if event_id not in message.get("in_reply_to", ()):
-                continue  # the answer to another message of this chat
-            out(message["text"])
-            if message["kind"] in ANSWER_KINDS:
-                return True
-            noticed = True
-        if noticed and _idle(client, key):
+        if remaining <= 0 and not noticed:
+            return False
+        poll = max(0.0, min(remaining, _NOTICE_POLL if noticed else _POLL))
+        cursor, answered, noticed_now = _read_answers(client, options, event_id, cursor, poll,
+                                                      out)
+        noticed = noticed or noticed_now
+        if answered:
             return True
+        if noticed and (_idle(client, key) or remaining <= 0):
+            # Idle now: whatever answers it is in the outbox already (written before the
+            # turn ended), so one more read cannot miss it.
+            return _read_answers(client, options, event_id, cursor, 0.0, out)[1] \
+                or _idle(client, key)
+
+
+def _read_answers(client: GatewayClient, options: SendOptions, event_id: str, cursor: int,
+                  wait: float, out: Callable[[str], None]) -> tuple[int, bool, bool]:
+    """One outbox poll: prints the messages answering ``event_id``; returns the new cursor,
+    whether an answer came and whether a notice did."""
+    page = client.outbox(options.chat_id, options.platform, cursor, wait)
+    noticed = False
+    for message in page["messages"]:
+        if event_id not in message.get("in_reply_to", ()):
+            continue  # the answer to another message of this chat
+        out(message["text"])
+        if message["kind"] in ANSWER_KINDS:
+            return page["cursor"], True, noticed
+        noticed = True
+    return page["cursor"], False, noticed
 
 
 def _idle(client: GatewayClient, key: str) -> bool:

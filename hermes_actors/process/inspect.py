@@ -38,7 +38,7 @@ def _load_entries(home: Path, db: Any) -> dict[str, Any]:
     rows = []
     if db is not None:
         try:
-            rows = db.load_routing()
+            rows = db.routing_rows()
         except StoreError as exc:
             print(f"warning: {exc}; listing sessions.json only", file=sys.stderr)
     result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)

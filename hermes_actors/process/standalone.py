@@ -13,7 +13,7 @@ client long-polling the outbox costs a greenlet. The order of a run:
    drains for up to ``restart_drain_timeout`` seconds; a second signal ends the drain at
    once (turns still running are interrupted and marked for resumption, as at a deadline),
    a third exits on the spot (the state is crash-safe, the next start recovers it);
-5. ``Gateway.stop()``, which writes ``.clean_shutdown``; close the server; exit 0.
+5. ``Gateway.stop()``, which writes the clean-shutdown marker; close the server; exit 0.
 
 Lifecycle events are logged as ``event=<name> key=value ...`` lines on stderr.
 """
@@ -164,7 +164,7 @@ def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) 
         server.stop(timeout=_SERVER_STOP_TIMEOUT)
         if gateway.running:  # start() or the drain failed: still leave recoverable state
             gateway.stop(drain_timeout=0)
-    _log_event("stopped", clean_shutdown=(home / ".clean_shutdown").exists())
+    _log_event("stopped", clean_shutdown=gateway.stopped_cleanly)
     return 0
 
 

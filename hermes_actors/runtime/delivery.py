@@ -8,12 +8,10 @@ acknowledgements and command answers, so an actor never blocks its mailbox on a 
 from __future__ import annotations
 
 import logging
-import os
 import zlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
-import psutil
 import pykka
 
 from hermes_actors._green.actor import LightActor
@@ -44,13 +42,6 @@ class Owed(NamedTuple):
     in_reply_to: tuple[str, ...] = ()
 
 
-def _process_started_at() -> float:
-    try:
-        return psutil.Process(os.getpid()).create_time()
-    except psutil.Error:  # pragma: no cover - /proc unreadable
-        return 0.0
-
-
 class Delivery:
     """Sends owed text through the matching adapter, bookkept in the delivery ledger.
 
@@ -67,8 +58,6 @@ class Delivery:
         self._aware = {p for p, a in self._adapters.items()
                        if isinstance(a, DeliveryAwareAdapter)}
         self._ledger = ledger
-        self.owner_pid = os.getpid()
-        self.owner_started_at = _process_started_at()
 
     @property
     def ledger_enabled(self) -> bool:
@@ -124,7 +113,7 @@ class Delivery:
             kind=kind,
             token=token,
             clear_turn=clear_turn,
-            claim_for=(self.owner_pid, self.owner_started_at) if claim else None,
+            claim=claim,
             consume=tuple(consume),
             consume_reason=reason or "command",
             reply=reply,
@@ -149,9 +138,7 @@ class Delivery:
         if adapter is None or not getattr(adapter, "connected", False):
             log.info("delivery deferred platform=%s reason=not_connected", target.platform)
             return False
-        if not owed.claimed and not self._store.ledger_claim(
-            owed.id, owner_pid=self.owner_pid, owner_started_at=self.owner_started_at
-        ):
+        if not owed.claimed and not self._store.ledger_claim(owed.id):
             return False
         ok, error = self._send(adapter, Outgoing(target, text, owed.kind, owed.in_reply_to))
         if owed.id is not None:
@@ -187,9 +174,7 @@ class Delivery:
         delivered: list[str] = []
         for start in range(0, len(live), SWEEP_CHUNK):
             chunk = live[start:start + SWEEP_CHUNK]
-            claimed = self._store.ledger_claim_many(
-                [oid for oid, *_ in chunk], owner_pid=self.owner_pid,
-                owner_started_at=self.owner_started_at)
+            claimed = self._store.ledger_claim_many([oid for oid, *_ in chunk])
             settling = ActivityTracker()
             try:
                 for oid, adapter, outgoing in chunk:

@@ -104,6 +104,9 @@ class Gateway:
         #: Finished turns by status, and their durations.
         self.turn_counters = TurnCounters()
         self._state = "new"
+        #: Whether the last ``stop()`` wrote the clean-shutdown marker (the next start then
+        #: skips crash recovery).
+        self.stopped_cleanly = False
         #: Guards the state, the restore gate, held events and in-flight submits.
         self._lock = threading.Condition(new_rlock())
         self._gate_open = False
@@ -206,7 +209,7 @@ class Gateway:
             queued=self._queued,
         )
         self._supervisor = SupervisorActor.start(
-            self.home, self._store, self.config, self.clock, delivery
+            self._store, self.config, self.clock, delivery
         ).proxy()
         # The previous run's unconsumed events are read before any new submit is accepted;
         # what arrives during recovery is held (durable already) and dispatched after them.
@@ -236,7 +239,7 @@ class Gateway:
         Called again with ``drain_timeout=0`` while a stop drains (a second SIGINT), it cuts
         the drain short: running turns are interrupted and marked at once. Every step runs
         even when an earlier one fails (full disk, a hung agent), and the marker is always
-        attempted last.
+        attempted, as the last write before the store closes.
         """
         with self._lock:
             if self._state == "stopping" and drain_timeout == 0:
@@ -262,15 +265,20 @@ class Gateway:
             ("notices", self._services.notices.stop),
             ("agents", lambda: self._services.cache.close_all().get(timeout=30)),
             ("cache", lambda: self._services.cache.actor_ref.stop(timeout=10)),
-            ("store", self.store.close),
+            ("mirror", self.store.flush),
+            # the last write: the node's state lives in the store's backend
             ("marker", lambda: self._supervisor.write_clean_shutdown().get(timeout=30)),
             ("supervisor", lambda: self._supervisor.actor_ref.stop(timeout=10)),
+            ("store", self.store.close),
         ]
         for name, step in steps:
             try:
                 step()
             except Exception:  # noqa: BLE001 - the remaining steps must still run
                 log.exception("stop step %s failed", name)
+            else:
+                if name == "marker":
+                    self.stopped_cleanly = True
         self._state = "stopped"
         self._home_lock.release()
 

@@ -2,18 +2,20 @@
 
 The supervisor gathers durable facts (turn markers, persisted replies, counters, boot times)
 and asks these functions what to do, so every rule is unit-tested without killing anything.
+How one interrupted turn is judged is the store's rule (:mod:`hermes_actors.store.recovery`,
+re-exported here); what the runtime then does about restarts, storms, auto-continue and the
+startup dispatch is decided below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
-from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
 from hermes_actors.model.timeutil import epoch
+from hermes_actors.store.recovery import MarkerVerdict, judge_marker, marker_max_age
 
 __all__ = [
     "AUTO_RESUME_REASONS",
@@ -40,43 +42,6 @@ _NOTE = (
 def resume_note(reason: str | None) -> str:
     """The system note for an auto-continued turn (§7 step 6, §17.22)."""
     return _NOTE.format(what="shutdown" if reason == "shutdown_timeout" else "restart")
-
-
-def marker_max_age(agent_timeout: float) -> float:
-    """Markers older than this are cleared without resume: ``max(3600, 2 × timeout)``."""
-    return max(3600.0, 2.0 * agent_timeout)
-
-
-@dataclass(frozen=True)
-class MarkerVerdict:
-    """What to do with one durable turn marker found after a crash."""
-
-    #: ``expire`` (too old: clear only), ``deliver`` (owe ``content`` as ``kind``),
-    #: ``nothing`` (silence on an internal turn), ``resume`` (no reply: mark for resume).
-    action: Literal["expire", "deliver", "nothing", "resume"]
-    content: str | None = None
-    kind: str | None = None
-
-
-def judge_marker(entry: SessionEntry, reply: str | None, now: float,
-                 max_age: float) -> MarkerVerdict:
-    """Judge an interrupted turn from its marker and its persisted reply (if any).
-
-    Times are compared as epoch seconds, so an offset or a host time-zone change between the
-    two runs cannot make a fresh marker look old or an old one fresh.
-    """
-    started = entry.active_turn_started_at
-    if started is None or now - epoch(started) > max_age or entry.expiry_finalized:
-        return MarkerVerdict("expire")  # a finalized boundary is never reopened
-    if reply is not None and reply.strip():
-        if is_silence_marker(reply):
-            if entry.active_turn_internal:
-                return MarkerVerdict("nothing")
-            return MarkerVerdict("deliver", SILENCE_NOTICE, "notice")
-        return MarkerVerdict("deliver", reply, "recovered")
-    if entry.suspended:
-        return MarkerVerdict("expire")  # its next message starts a fresh session anyway
-    return MarkerVerdict("resume")
 
 
 def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str]) -> dict[str, int]:

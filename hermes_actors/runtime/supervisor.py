@@ -1,45 +1,36 @@
 """``SupervisorActor``: crash recovery, restart counting, drain marking, ledger sweeps (§7).
 
-One per gateway. Its mailbox serialises everything that touches ``restart_counts.json``,
-``restart_storm.json`` and ``.clean_shutdown``, so those files never race. The decisions
-themselves are the pure functions of ``recovery_rules``; this actor gathers the durable facts,
-applies the verdicts through the store and the delivery, and keeps the statistics.
+One per gateway. Its mailbox serialises everything that touches the node's state (the
+restart counts, the restart-storm boots and the clean-shutdown marker, kept by the store's
+backend: ``NodeRecords``), so those never race. The decisions themselves are pure functions
+(:mod:`hermes_actors.store.recovery`, :mod:`.recovery_rules`); this actor gathers the durable
+facts, applies the verdicts through the store and the delivery, and keeps the statistics.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermes_actors._green import off_the_hub
 from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import Outgoing
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
-from hermes_actors.model.timeutil import epoch
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import (
     auto_continue_candidates,
-    judge_marker,
-    marker_max_age,
     next_restart_counts,
     record_boot,
 )
-from hermes_actors.store.backends.files.atomic import atomic_write_json
-from hermes_actors.store.runtime_api import MarkerSettlement
+from hermes_actors.store.recovery import RESTART_INTERRUPTED, marker_max_age
+from hermes_actors.store.turns import MarkerSettlement
 
-__all__ = ["CLEAN_SHUTDOWN", "SupervisorActor", "SupervisorStatistics"]
+__all__ = ["SupervisorActor", "SupervisorStatistics"]
 
 log = logging.getLogger("hermes_actors.supervisor")
-
-CLEAN_SHUTDOWN = ".clean_shutdown"
-RESTART_COUNTS = "restart_counts.json"
-RESTART_STORM = "restart_storm.json"
 
 
 class SupervisorStatistics(NamedTuple):
@@ -59,32 +50,18 @@ class SupervisorStatistics(NamedTuple):
     interrupted: tuple[str, ...] = ()
 
 
-def _read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return default
-    except (OSError, ValueError) as exc:
-        log.warning("unreadable %s (%s): starting from empty", path.name, exc)
-        return default
-
-
 class SupervisorActor(LightActor):
     """See the module docstring."""
 
     use_daemon_thread = True
 
-    def __init__(self, home: Path, store, config, clock, delivery) -> None:
+    def __init__(self, store: Any, config: Any, clock: Any, delivery: Any) -> None:
         super().__init__()
-        self._home = Path(home)
         self._store = store
         self._config = config
         self._clock = clock
         self._delivery = delivery
-        counts = _read_json(self._home / RESTART_COUNTS, {})
-        self._counts: dict[str, int] = {
-            k: int(v) for k, v in counts.items() if isinstance(v, int) and v > 0
-        } if isinstance(counts, dict) else {}
+        self._counts: dict[str, int] = store.restart_counts()
         self._suspensions = 0
         self._redelivered = 0
         self._drain_timeouts = 0
@@ -97,11 +74,10 @@ class SupervisorActor(LightActor):
         """Steps 1–4 of §7 and the auto-continue candidates (step 6 is dispatched by the
         gateway together with the inbox replay). Returns the report and the candidates."""
         store = self._store
-        marker = self._home / CLEAN_SHUTDOWN
-        report = RecoveryReport(clean_shutdown=marker.exists())
+        report = RecoveryReport(clean_shutdown=store.clean_shutdown())
         if report.clean_shutdown:
             store.discard_active_turn_markers()
-            marker.unlink(missing_ok=True)  # only once the discard is durable
+            store.clear_clean_shutdown()  # only once the discard is durable
         else:
             report.recovered_replies = self._recover_unclean_sessions()
         report.redelivered = self.sweep_ledger()
@@ -111,14 +87,9 @@ class SupervisorActor(LightActor):
         return report, report_candidates
 
     def _recover_unclean_sessions(self) -> int:
-        store, now = self._store, self._clock.time()
+        store = self._store
         max_age = marker_max_age(self._config.agent.timeout)
-        marked = [e for e in store.flagged_sessions() if e.active_turn_token is not None]
-        replies = store.turn_replies([(e.session_id, e.active_turn_token,
-                                       epoch(e.active_turn_started_at)
-                                       if e.active_turn_started_at else None) for e in marked])
-        verdicts = [(e, judge_marker(e, replies.get((e.session_id, e.active_turn_token)), now,
-                                     max_age)) for e in marked]
+        verdicts = store.judge_interrupted_turns(self._clock.time(), max_age)
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
         self._write_counts(next_restart_counts(self._counts, mid_turn))
@@ -133,7 +104,7 @@ class SupervisorActor(LightActor):
                 # An existing, more specific reason is kept; the mark time is refreshed so
                 # this fresh interruption passes the freshness test.
                 reason = (entry.resume_reason if entry.resume_pending else None) \
-                    or "restart_interrupted"
+                    or RESTART_INTERRUPTED
             settlements.append(MarkerSettlement(entry.session_key, entry.active_turn_token,
                                                 reason, owed))
         # One transaction: owed answers recorded (the sweep delivers them), markers cleared,
@@ -167,12 +138,9 @@ class SupervisorActor(LightActor):
         if not candidates:
             return []
         storm = self._config.restart_storm
-        path = self._home / RESTART_STORM
-        data = _read_json(path, {})
-        boots = data.get("boots", []) if isinstance(data, dict) else []
-        boots, is_storm = record_boot(boots, self._clock.time(), storm.window_seconds,
-                                      storm.max_restarts)
-        off_the_hub(atomic_write_json, path, {"boots": boots})
+        boots, is_storm = record_boot(self._store.restart_boots(), self._clock.time(),
+                                      storm.window_seconds, storm.max_restarts)
+        self._store.write_restart_boots(boots)
         if is_storm:
             log.warning("restart storm: %d boots with resumable sessions within %gs; "
                         "auto-continue skipped (flags kept)", len(boots), storm.window_seconds)
@@ -183,9 +151,8 @@ class SupervisorActor(LightActor):
 
     def sweep_ledger(self) -> int:
         """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed."""
-        # A row a live worker of this very process is sending is refused by the claim
-        # (owner pid AND process start time), so a crashed process with a reused pid (pid 1
-        # in a container) does not hide its rows from redelivery.
+        # A row this very boot is sending is refused by the claim (owner node AND boot), so
+        # only rows of earlier boots, uncertain after a crash, are taken up again.
         batch, replies = [], {}
         for row in self._store.ledger_rows(("pending", "attempting", "failed")):
             try:
@@ -220,8 +187,7 @@ class SupervisorActor(LightActor):
 
     def write_clean_shutdown(self) -> None:
         """The last act of a graceful stop."""
-        off_the_hub(atomic_write_json, self._home / CLEAN_SHUTDOWN,
-                    {"pid": os.getpid(), "at": self._clock.time()})
+        self._store.mark_clean_shutdown({"pid": os.getpid(), "at": self._clock.time()})
 
     def counted_keys(self) -> frozenset[str]:
         """Session keys with a stuck-loop counter (turn workers report their successes)."""
@@ -240,4 +206,4 @@ class SupervisorActor(LightActor):
 
     def _write_counts(self, counts: dict[str, int]) -> None:
         self._counts = dict(counts)
-        off_the_hub(atomic_write_json, self._home / RESTART_COUNTS, self._counts)
+        self._store.write_restart_counts(self._counts)

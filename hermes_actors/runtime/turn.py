@@ -30,7 +30,7 @@ from hermes_actors.runtime.eviction import should_check_pressure
 from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
-from hermes_actors.store.runtime_api import SessionExistsError, SessionRotatedError
+from hermes_actors.store.turns import SessionExistsError, SessionRotatedError
 
 __all__ = ["FAILED_NOTICE", "RunningTurn", "TurnOutcome", "run_turn"]
 

@@ -2,18 +2,15 @@
 
 A gateway with 100,000 stored sessions needs, at start, only the entries that carry a turn
 marker or a resume flag; reading and parsing every row took seconds. So at start the map
-holds every routing *key*, plus the JSON text of the rows that may need recovery (found
-through the ``routing_recovery`` partial index). Any other entry is read from the database
-(``fetch``) and parsed the first time something asks for it, then kept. Whether a row may
-need recovery is a substring test on its text: the store writes every row with one encoder,
-so an entry without a marker always contains ``"active_turn_token": null`` and
-``"resume_pending": false``; a row written any other way simply counts as flagged, which
-is safe.
+holds every routing *key*, plus the rows recovery needs (the backend's indexed
+``routing_flagged`` query). Any other entry is read from the backend (``fetch``) and parsed
+the first time something asks for it, then kept. A row is its entry text and its flag
+columns (:mod:`~hermes_actors.store.routing`); the map keeps both, so the mirror can be
+written without serialising any entry again.
 
-Without a database (degraded mode) every text is in memory. A row that does not parse
-(hand-edited, unsafe ids) is skipped at its first use with one warning and the rest keeps
-working. Thread-safe: what a commit publishes always wins over a read or parse that raced
-it, because the database is never older than memory.
+A row that does not parse (hand-edited, unsafe ids) is skipped at its first use with one
+warning and the rest keeps working. Thread-safe: what a commit publishes always wins over a
+read or parse that raced it, because the backend is never older than memory.
 """
 
 from __future__ import annotations
@@ -23,67 +20,64 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from hermes_actors.model.entry import SessionEntry
-from hermes_actors.store.backends.sqlite.schema import ROUTING_CLEAN_MARKS
+from hermes_actors.store.routing import (
+    RoutingFlags,
+    RoutingRow,
+    flags_of,
+    needs_recovery,
+    parse_row,
+)
 
-__all__ = ["EntryMap", "NotFetched", "may_need_recovery"]
+__all__ = ["EntryMap", "NotFetched", "Stored"]
 
 log = logging.getLogger("hermes_actors.store")
 
-(_MARKER_KEY, _NO_MARKER), (_RESUME_KEY, _NO_RESUME) = ROUTING_CLEAN_MARKS
-
-
-def may_need_recovery(text: str) -> bool:
-    """Whether the entry JSON ``text`` might carry a turn marker or a resume flag (the
-    rule of the ``routing_recovery`` index; a key seen twice counts as flagged, since
-    free-form ``metadata`` may hold one)."""
-    return (_NO_MARKER not in text or _NO_RESUME not in text
-            or text.count(_MARKER_KEY) > 1 or text.count(_RESUME_KEY) > 1)
+#: A row as the map keeps it: ``(entry text, flags)``.
+Stored = tuple[str, RoutingFlags]
 
 
 class NotFetched(Exception):  # noqa: N818 - a signal, not an error
-    """``fetch`` could not read the row now (the database is being switched away from);
-    the key is kept, and its text may have been filled in meanwhile."""
-
-
-def _needs_recovery(entry: SessionEntry) -> bool:
-    return entry.active_turn_token is not None or entry.resume_pending
+    """``fetch`` could not read the row now (the backend is being switched away from);
+    the key is kept, and its row may have been filled in meanwhile."""
 
 
 class EntryMap:
     """``session_key -> SessionEntry`` (see the module docstring).
 
-    ``parse(key, text)`` builds an entry or raises ``ValueError``; ``fetch(key)`` reads one
-    row's text from the database (``None`` when it has none); ``fetch_all()`` reads every
-    ``(key, text)`` row. Both are only called for keys whose text is not in memory.
+    ``fetch(key)`` reads one row from the backend (``None`` when it has none, or raises
+    :class:`NotFetched`); ``fetch_all()`` reads every row. Both are only called for keys
+    whose row is not in memory.
     """
 
-    def __init__(self, parse: Callable[[str, str], SessionEntry],
-                 fetch: Callable[[str], str | None] = lambda key: None,
-                 fetch_all: Callable[[], Iterable[tuple[str, str]]] = tuple) -> None:
-        self._parse = parse
+    def __init__(self, fetch: Callable[[str], RoutingRow | None] = lambda key: None,
+                 fetch_all: Callable[[], Iterable[RoutingRow]] = tuple) -> None:
         self._fetch = fetch
         self._fetch_all = fetch_all
         self._lock = threading.Lock()
         self._keys: dict[str, None] = {}  # insertion-ordered set
-        self._texts: dict[str, str] = {}
+        self._rows: dict[str, Stored] = {}
         self._parsed: dict[str, SessionEntry] = {}
         self._flagged: set[str] = set()
 
-    def load(self, keys: dict[str, None], texts: Mapping[str, str],
-             parsed: Mapping[str, SessionEntry] = {}) -> None:  # noqa: B006 - read only
+    def load(self, keys: dict[str, None], rows: Iterable[RoutingRow],
+             parsed: Mapping[str, tuple[SessionEntry, str]] = {}) -> None:  # noqa: B006
         """Replace the contents: every key that exists (an ordered set the map takes over),
-        the texts known so far (those the map cannot fetch must be among them), and
-        entries already parsed."""
-        flagged = {k for k, t in texts.items() if may_need_recovery(t)}
-        flagged.difference_update(parsed)
-        flagged.update(k for k, e in parsed.items() if _needs_recovery(e))
-        for key in texts:
+        the rows known so far (those the map cannot fetch must be among them), and entries
+        already parsed with their text."""
+        stored = {row.session_key: (row.entry, row.flags) for row in rows}
+        flagged = {key for key, (_, flags) in stored.items() if needs_recovery(flags)}
+        for key, (entry, text) in parsed.items():
+            stored[key] = (text, flags_of(entry))
+            flagged.discard(key)
+            if needs_recovery(stored[key][1]):
+                flagged.add(key)
+        for key in stored:
             if key not in keys:
                 keys[key] = None
         with self._lock:
             self._keys = keys
-            self._texts = dict(texts)
-            self._parsed = dict(parsed)
+            self._rows = stored
+            self._parsed = {key: entry for key, (entry, _) in parsed.items()}
             self._flagged = flagged
 
     @property
@@ -102,51 +96,57 @@ class EntryMap:
         entry = self._parsed.get(key)
         if entry is not None:
             return entry
-        text = self._texts.get(key)
-        if text is None:
+        stored = self._rows.get(key)
+        if stored is None:
             if key not in self._keys:
                 return None
             try:
-                fetched = self._fetch(key)
+                fetched: RoutingRow | None | type[NotFetched] = self._fetch(key)
             except NotFetched:
                 fetched = NotFetched
             with self._lock:
                 if key not in self._keys:  # deleted meanwhile
                     return None
-                text = self._texts.get(key)  # a commit (or a fill) came first
-                if text is None:
+                stored = self._rows.get(key)  # a commit (or a fill) came first
+                if stored is None:
                     if fetched is NotFetched:  # unreadable now: keep the key
                         return None
                     if fetched is None:  # the row is gone
                         del self._keys[key]
                         return None
-                    text = self._texts[key] = fetched
+                    assert isinstance(fetched, RoutingRow)
+                    stored = self._rows[key] = (fetched.entry, fetched.flags)
                 entry = self._parsed.get(key)
             if entry is not None:
                 return entry
         try:
-            entry = self._parse(key, text)
+            entry = parse_row(key, *stored)
         except ValueError as exc:
             log.warning("skipping session entry %r: database row: %s", key, exc)
             with self._lock:
-                if self._texts.get(key) is text:
-                    del self._texts[key]
+                if self._rows.get(key) is stored:
+                    del self._rows[key]
                     self._keys.pop(key, None)
                     self._flagged.discard(key)
                 return self._parsed.get(key)
         with self._lock:
-            if self._texts.get(key) is not text:  # a commit replaced it meanwhile
+            if self._rows.get(key) is not stored:  # a commit replaced it meanwhile
                 return self._parsed.get(key)
             self._parsed[key] = entry
         return entry
 
-    def put(self, key: str, entry: SessionEntry, text: str) -> None:
-        """Publish a committed entry and its JSON text."""
+    def text_of(self, key: str) -> str | None:
+        """The stored entry text of ``key`` when it is in memory."""
+        stored = self._rows.get(key)
+        return stored[0] if stored is not None else None
+
+    def put(self, key: str, entry: SessionEntry, text: str, flags: RoutingFlags) -> None:
+        """Publish a committed entry with its text and flags."""
         with self._lock:
             self._keys[key] = None
-            self._texts[key] = text
+            self._rows[key] = (text, flags)
             self._parsed[key] = entry
-            if _needs_recovery(entry):
+            if needs_recovery(flags):
                 self._flagged.add(key)
             else:
                 self._flagged.discard(key)
@@ -155,38 +155,44 @@ class EntryMap:
         """Forget ``key``."""
         with self._lock:
             self._keys.pop(key, None)
-            self._texts.pop(key, None)
+            self._rows.pop(key, None)
             self._parsed.pop(key, None)
             self._flagged.discard(key)
 
-    def texts(self) -> dict[str, str]:
-        """Every ``session_key -> entry JSON text`` (what the mirror writes). Texts not in
+    def rows(self) -> dict[str, Stored]:
+        """Every ``session_key -> (text, flags)`` (what the mirror writes). Rows not in
         memory yet are read in one pass and kept (the next mirror write needs them again);
         a failing read raises the backend's error."""
         with self._lock:
-            complete = len(self._keys) == len(self._texts)
+            complete = len(self._keys) == len(self._rows)
         if not complete:
-            self.fill(dict(self._fetch_all()))
+            self.fill(self._fetch_all())
         with self._lock:
-            return {k: self._texts[k] for k in self._keys if k in self._texts}
+            return {k: self._rows[k] for k in self._keys if k in self._rows}
 
-    def fill(self, texts: Mapping[str, str]) -> int:
-        """Take texts for keys whose text is not in memory (never over newer ones); returns
+    def fill(self, rows: Iterable[RoutingRow]) -> int:
+        """Take rows for keys whose row is not in memory (never over newer ones); returns
         how many keys still have none."""
         with self._lock:
-            for key in self._keys:
-                if key not in self._texts and key in texts:
-                    self._texts[key] = texts[key]
-            return len(self._keys) - len(self._texts)
+            for row in rows:
+                key = row.session_key
+                if key in self._keys and key not in self._rows:
+                    self._rows[key] = (row.entry, row.flags)
+            return len(self._keys) - len(self._rows)
+
+    def missing(self) -> int:
+        """How many keys have no row in memory."""
+        with self._lock:
+            return len(self._keys) - len(self._rows)
 
     def values(self) -> list[SessionEntry]:
         """Every entry (reads and parses whatever has not been yet)."""
         with self._lock:
             keys = list(self._keys)
-            missing = len(self._keys) - len(self._texts)
+            missing = len(self._keys) - len(self._rows)
         if missing > 1:  # one pass over the table instead of a read per key
             try:
-                self.fill(dict(self._fetch_all()))
+                self.fill(self._fetch_all())
             except Exception as exc:  # noqa: BLE001 - then row by row, as far as it goes
                 log.warning("cannot read the routing rows in one pass (%s)", exc)
         return self._entries(keys)
@@ -204,4 +210,6 @@ class EntryMap:
         with self._lock:
             flagged = self._flagged
             keys = [k for k in self._keys if k in flagged]
-        return [e for e in self._entries(keys) if _needs_recovery(e)]
+        return [e for e in self._entries(keys)
+                if e.active_turn_token is not None or e.resume_pending]
+

@@ -5,7 +5,6 @@ the locking and the I/O. So the rules can be read (and tested) in one place:
 
 * :func:`access_action` — what ``get_or_create_session`` does, in §6's order;
 * :func:`fresh_entry` / :func:`successor` — the entries those actions produce;
-* :func:`recovery_action` — what happens to a durable turn marker after an unclean stop;
 * :func:`is_stale` — whether pruning may consider an entry at all.
 
 No rule here looks at idle time or time of day to end a conversation: only an explicit
@@ -14,7 +13,6 @@ reset, a suspension or ``force_new`` gives a key a new ``session_id``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -25,14 +23,11 @@ from hermes_actors.model.timeutil import epoch
 
 __all__ = [
     "ACCESS_ACTIONS",
-    "RESTART_INTERRUPTED",
     "access_action",
     "clear_turn_marker",
     "fresh_entry",
     "origin_of",
     "is_stale",
-    "recovery_action",
-    "resumed",
     "successor",
     "touched",
 ]
@@ -40,10 +35,6 @@ __all__ = [
 #: ``create``: no entry; ``force_new``: caller asked; ``rotate``: suspended; ``resume``: keep
 #: as is (resume pending); ``touch``: bump ``updated_at``; ``keep``: return unchanged.
 ACCESS_ACTIONS = ("create", "force_new", "rotate", "resume", "touch", "keep")
-
-#: The resume reason recovery gives an interrupted turn.
-RESTART_INTERRUPTED = "restart_interrupted"
-
 
 def access_action(entry: SessionEntry | None, *, force_new: bool, touch_activity: bool) -> str:
     """§6 in order: missing or forced → new; suspended → rotate (beats resume); resume
@@ -110,35 +101,6 @@ def clear_turn_marker(entry: SessionEntry) -> SessionEntry:
     """``entry`` without its durable turn marker."""
     return entry.evolve(
         active_turn_token=None, active_turn_started_at=None, active_turn_internal=False
-    )
-
-
-def recovery_action(entry: SessionEntry, now: float, max_age_seconds: float) -> str | None:
-    """What recovery does with ``entry``'s turn marker: ``None`` (no marker), ``"resume"``
-    (mark resume pending, clear the marker) or ``"clear"`` (clear it only).
-
-    Markers are judged by epoch seconds, so offsets and DST do not matter. Cleared without
-    resume: markers at least ``max_age_seconds`` old, and entries behind a boundary that
-    must not reopen (suspended, or an old ``expiry_finalized`` one). A marker from the
-    future (clock stepped back) counts as fresh.
-    """
-    if entry.active_turn_token is None:
-        return None
-    if entry.suspended or entry.expiry_finalized:
-        return "clear"
-    started = entry.active_turn_started_at
-    age = now - epoch(started) if started is not None else math.inf
-    return "resume" if age < max_age_seconds else "clear"
-
-
-def resumed(entry: SessionEntry, now: datetime) -> SessionEntry:
-    """``entry`` marked resume pending by recovery; an already pending reason is kept."""
-    reason = entry.resume_reason if entry.resume_pending and entry.resume_reason else None
-    return replace(
-        clear_turn_marker(entry),
-        resume_pending=True,
-        resume_reason=reason or RESTART_INTERRUPTED,
-        last_resume_marked_at=now,
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from hermes_actors.model.entry import SessionEntry, validate_session_key
+from hermes_actors.store.routing import RoutingRow, parse_row
 
 __all__ = ["LoadResult", "merge_entries", "mirror_additions", "parse_entry"]
 
@@ -76,7 +77,7 @@ def mirror_additions(
             continue
         if key in db_rows:
             try:
-                if parse_entry(key, db_rows[key]) == entry:
+                if _parse_stored(key, db_rows[key]) == entry:
                     continue
             except ValueError:
                 pass
@@ -84,19 +85,26 @@ def mirror_additions(
     return added, skipped
 
 
+def _parse_stored(key: str, stored: Any) -> SessionEntry:
+    """The entry of a database row (a :class:`RoutingRow`) or of raw stored data."""
+    if isinstance(stored, RoutingRow):
+        return parse_row(key, stored.entry, stored.flags)
+    return parse_entry(key, stored)
+
+
 def merge_entries(
-    db_rows: Iterable[tuple[str, Any]],
+    db_rows: Iterable[RoutingRow],
     mirror: Mapping[str, Any],
     *,
     mirror_wins: bool = False,
 ) -> LoadResult:
     """Merge database rows and mirror entries by the rules in the module docstring."""
-    rows = dict(db_rows)
+    rows = {row.session_key: row for row in db_rows}
     entries: dict[str, SessionEntry] = {}
     skipped: list[tuple[str, str]] = []
     for key, data in rows.items():
         try:
-            entries[key] = parse_entry(key, data)
+            entries[key] = _parse_stored(key, data)
         except ValueError as exc:
             skipped.append((key, f"database row: {exc}"))
     # a database row that does not parse loses to a usable mirror entry

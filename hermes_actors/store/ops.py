@@ -1,4 +1,4 @@
-"""Write operations as records, and the backend protocol that applies them.
+"""Write operations as records: what a backend applies (see :mod:`~hermes_actors.store.protocol`).
 
 The store never calls "insert this, then update that" on a database. It describes a change as
 a short list of operations and hands the list to a backend, which applies it as ONE
@@ -7,9 +7,12 @@ transaction: a turn start (marker + user message + inbox consumption) is one lis
 
 * atomicity: every public store method is one ``apply`` call;
 * retries: a failed transaction is re-run from the same records, in order (FTS repair);
-* backends: SQLite (:class:`~hermes_actors.store.backends.sqlite.db.SessionDB`), the degraded in-memory/JSONL
-  backend, and later PostgreSQL implement the same small protocol. Group commit would merge
-  several lists into one transaction without changing any caller.
+* backends: SQLite (:class:`~hermes_actors.store.backends.sqlite.db.SessionDB`), the files
+  backend of degraded mode, and later PostgreSQL apply the same records; SQLite's group
+  commit merges several callers' lists into one transaction without changing any caller.
+
+Every field is positional and of a plain built-in type: the SQLite writer process receives
+op lists as ``marshal`` data.
 
 Times are epoch seconds taken from the store's clock, so backends never read a clock.
 """
@@ -17,12 +20,11 @@ Times are epoch seconds taken from the store's clock, so backends never read a c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "AcceptEvent",
     "AddTokens",
-    "Backend",
     "ConsumeEvents",
     "CreateSession",
     "DeleteRouting",
@@ -31,15 +33,14 @@ __all__ = [
     "LedgerFinish",
     "LedgerPrune",
     "LedgerRecord",
-    "OUTBOX_OPS",
+    "NodeValue",
     "Op",
     "OutboxAppend",
-    "OutboxHead",
     "OutboxPrune",
-    "OutboxRead",
     "PruneInbox",
     "PutRouting",
     "AppendMessage",
+    "SetRoutingFlags",
     "WithdrawEvent",
 ]
 
@@ -71,12 +72,33 @@ class EndSession:
 
 @_record
 class PutRouting:
-    """Upsert one ``routing`` row: the whole entry of one session key (``entry``: JSON text,
-    serialised by the store before any I/O so a bad value fails the call, not a backend)."""
+    """Upsert one ``routing`` row: the entry of one session key (``entry``: its JSON text
+    without the flags, serialised by the store before any I/O so a bad value fails the call,
+    not a backend) and its flag columns (:class:`~hermes_actors.store.routing.RoutingFlags`,
+    times in epoch seconds)."""
 
     session_key: str
     entry: str
-    updated_at: float
+    active_turn_token: str | None
+    active_turn_started_at: float | None
+    active_turn_internal: bool
+    resume_pending: bool
+    suspended: bool
+    updated_at: float | None
+
+
+@_record
+class SetRoutingFlags:
+    """Set the flag columns of an existing ``routing`` row; its entry text stays (a turn's
+    start and end, an activity bump)."""
+
+    session_key: str
+    active_turn_token: str | None
+    active_turn_started_at: float | None
+    active_turn_internal: bool
+    resume_pending: bool
+    suspended: bool
+    updated_at: float | None
 
 
 @_record
@@ -164,11 +186,12 @@ class LedgerRecord:
 
 @_record
 class LedgerClaim:
-    """Claim an obligation for one sending process; returns whether it was granted."""
+    """Claim an obligation for one sender, a gateway boot named by its node id and boot id;
+    returns whether it was granted (:func:`~hermes_actors.store.ledger.claim_allowed`)."""
 
     obligation_id: str
-    owner_pid: int
-    owner_started_at: float
+    owner_node: str
+    owner_boot: str
     at: float
 
 
@@ -190,8 +213,6 @@ class LedgerPrune:
 
 
 # -- outbox (replies read over HTTP, §17.32) ---------------------------------------------------
-# The reads are operations too, so the degraded backend (which has no SQL) answers them from
-# memory through the same ``apply`` call; see :mod:`hermes_actors.store.outbox`.
 
 
 @_record
@@ -212,29 +233,23 @@ class OutboxAppend:
 
 
 @_record
-class OutboxRead:
-    """The outbox rows of one chat with a cursor above ``after``, oldest first (a read)."""
-
-    platform: str
-    chat_id: str | None
-    after: int
-    limit: int
-
-
-@_record
-class OutboxHead:
-    """The highest cursor in the outbox, 0 when empty (a read)."""
-
-
-@_record
 class OutboxPrune:
     """Delete outbox rows created before ``before``; returns the count."""
 
     before: float
 
 
-#: The outbox operations, for backends that route them to one handler.
-OUTBOX_OPS = (OutboxAppend, OutboxRead, OutboxHead, OutboxPrune)
+# -- the node's own state (§7: restart counting, the clean-shutdown marker) ------------------
+
+
+@_record
+class NodeValue:
+    """Set (``value``: JSON text) or, with ``None``, delete one named value of a node's state:
+    ``clean_shutdown``, ``restart_counts``, ``restart_storm``."""
+
+    node_id: str
+    name: str
+    value: str | None
 
 
 Op = (
@@ -253,53 +268,7 @@ Op = (
     | LedgerFinish
     | LedgerPrune
     | OutboxAppend
-    | OutboxRead
-    | OutboxHead
     | OutboxPrune
+    | NodeValue
+    | SetRoutingFlags
 )
-
-
-class Backend(Protocol):
-    """What the store needs from a persistence backend (SQLite, degraded, PostgreSQL later)."""
-
-    def apply(self, ops: list[Op]) -> list[Any]:
-        """Apply ``ops`` as one transaction; one result per op (``None`` for most)."""
-        ...
-
-    def load_routing(self) -> list[tuple[str, str]]:
-        """Every routing row as ``(session_key, entry JSON text)``."""
-        ...
-
-    def load_messages(self, session_id: str,
-                      before_turn: str | None = None) -> list[dict[str, Any]]:
-        """A session's transcript in order, in the shape of §17.13 (only the messages
-        before turn ``before_turn``'s first one, when given)."""
-        ...
-
-    def message_count(self, session_id: str) -> int:
-        """How many transcript messages ``session_id`` has."""
-        ...
-
-    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
-        """The last persisted final reply of the turn ``token`` in ``session_id``."""
-        ...
-
-    def turn_replies(self, turns: list[tuple[str, str, float | None]]
-                     ) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` of the reply of each ``(session_id, token,
-        marker start)`` turn that has one (``transcript.reply_after_marker``)."""
-        ...
-
-    def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
-        """Unconsumed inbox events as ``(session_key, payload)`` in arrival order."""
-        ...
-
-    def ledger_rows(
-        self, states: tuple[str, ...] | None = None, session_key: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Ledger rows (all columns) in creation order, optionally filtered."""
-        ...
-
-    def close(self) -> None:
-        """Release the backend's resources."""
-        ...

@@ -1,356 +1,424 @@
-"""``SessionStore``: session routing and transcripts for one home (§5, §6, §17.15).
+"""``SessionStore``: session routing, transcripts, inbox, ledger, outbox and node state for
+one home (§5, §6, §7, §8, §17.15): the facade the runtime uses.
 
-The public methods are the session lifecycle: §6's state machine in
-:meth:`SessionStore.get_or_create_session`, explicit resets, suspension, resume flags,
-durable turn markers (compare-and-swap), recovery and pruning passes, transcripts and usage.
-Each decides with a pure function from :mod:`~hermes_actors.store.lifecycle` under the
-key's lock and commits through :class:`~hermes_actors.store.core.StoreCore`. The methods the
-runtime calls around a turn (inbox, turn start, ledger) come from
-:class:`~hermes_actors.store.runtime_api.RuntimeStoreMethods`.
+It is built by composition: the plumbing (:class:`~hermes_actors.store.core.StoreCore`:
+backend, entries in memory, key locks, commits, fail-over, the mirror) and one part per
+concern, each a small class over the core: :class:`~hermes_actors.store.sessions.
+SessionLifecycle` (§6's state machine, resume flags, markers, pruning),
+:class:`~hermes_actors.store.turns.TurnRecords` (a turn's start, its reply, recovery's
+settlement), :class:`~hermes_actors.store.inbox.Inbox`,
+:class:`~hermes_actors.store.deliveries.DeliveryLedger`,
+:class:`~hermes_actors.store.outbox.OutboxRecords` and
+:class:`~hermes_actors.store.node.NodeRecords`. The methods below delegate to them and
+keep the flat API §17.15 pins.
 """
 
 from __future__ import annotations
 
-import logging
+import os
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
-from hermes_actors.errors import StoreError
-from hermes_actors.model.entry import SessionEntry, validate_session_id
-from hermes_actors.model.ids import new_id
-from hermes_actors.model.keys import build_session_key
+from hermes_actors.model.entry import SessionEntry
+from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
-from hermes_actors.model.timeutil import epoch
-from hermes_actors.store import lifecycle
 from hermes_actors.store.core import DEFAULT_MIRROR_INTERVAL, StoreCore, StoreStatistics
-from hermes_actors.store.ops import AddTokens, AppendMessage, EndSession
-from hermes_actors.store.runtime_api import RuntimeStoreMethods
-from hermes_actors.store.transcript import normalize_message
+from hermes_actors.store.deliveries import DeliveryLedger, Owner
+from hermes_actors.store.inbox import Inbox
+from hermes_actors.store.node import NodeRecords
+from hermes_actors.store.outbox import OutboxRecords
+from hermes_actors.store.protocol import Backend
+from hermes_actors.store.recovery import MarkerVerdict
+from hermes_actors.store.sessions import SessionLifecycle
+from hermes_actors.store.turns import MarkerSettlement, TurnRecords
 
 __all__ = ["DEFAULT_MIRROR_INTERVAL", "SessionStore", "StoreStatistics"]
 
-log = logging.getLogger("hermes_actors.store")
 
-
-class SessionStore(RuntimeStoreMethods, StoreCore):
+class SessionStore:
     """Session routing and transcripts for one home; thread-safe.
 
     ``SessionStore(sessions_dir, config=None, has_active_processes_fn=None, *, db=None,
     clock=None, mirror_interval=5.0)``: ``sessions_dir`` holds ``sessions.json`` (and JSONL
-    transcripts in degraded mode); with ``db=None`` the store opens
-    ``SessionDB(<sessions_dir>/../state.db)`` and closes it in :meth:`close`, a given ``db``
-    is used but never closed. ``clock`` is any object with ``time()`` and ``monotonic()``.
-    ``has_active_processes_fn(key)`` protects an entry from pruning.
+    transcripts in degraded mode), its parent is the home; with ``db=None`` the store opens
+    the backend ``config.store`` names (SQLite: ``<home>/state.db``) and closes it in
+    :meth:`close`, a given backend is used but never closed. ``clock`` is any object with
+    ``time()`` and ``monotonic()``. ``has_active_processes_fn(key)`` protects an entry from
+    pruning.
     """
 
-    # -- reading ----------------------------------------------------------------------------
+    def __init__(self, sessions_dir: str | os.PathLike[str], config: Any = None,
+                 has_active_processes_fn: Callable[[str], bool] | None = None, *,
+                 db: Backend | None = None, clock: Any = None,
+                 mirror_interval: float | None = DEFAULT_MIRROR_INTERVAL) -> None:
+        if config is None:
+            from hermes_actors.config import GatewayConfig
 
-    def session_key_for(self, source: SessionSource) -> str:
-        """The session key of ``source`` under this store's configuration (§3)."""
-        return build_session_key(
-            source,
-            group_sessions_per_user=self.config.group_sessions_per_user,
-            thread_sessions_per_user=self.config.thread_sessions_per_user,
-            whatsapp_aliases=self.config.whatsapp.lid_aliases or None,
-        )
+            config = GatewayConfig()
+        self._core = StoreCore(sessions_dir, config, backend=db, clock=clock,
+                               mirror_interval=mirror_interval)
+        self._sessions = SessionLifecycle(self._core, has_active_processes_fn)
+        self._turns = TurnRecords(self._core)
+        self._inbox = Inbox(self._core)
+        self._node = NodeRecords(self._core)
+        self._ledger = DeliveryLedger(self._core, (self._node.node_id, self._node.boot_id))
+        self._outbox = OutboxRecords(self._core)
+
+    # -- the store as a whole ---------------------------------------------------------------
+
+    @property
+    def config(self) -> Any:
+        """The gateway configuration (key switches, WhatsApp aliases, mirror switch)."""
+        return self._core.config
+
+    @property
+    def sessions_dir(self) -> Any:
+        """The sessions directory (``sessions.json``, degraded-mode transcripts)."""
+        return self._core.sessions_dir
+
+    @property
+    def backend(self) -> Backend:
+        """The backend in use now (the files backend in degraded mode)."""
+        return self._core.backend
+
+    @property
+    def db(self) -> Backend | None:
+        """The canonical database (a ``SessionDB`` by default), or ``None`` in degraded
+        mode (§17.12)."""
+        return None if self._core.degraded else self._core.backend
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the store runs without its database (routing from ``sessions.json``)."""
+        return self._core.degraded
+
+    @property
+    def node_id(self) -> str:
+        """The id of the gateway node this store belongs to (stable per home)."""
+        return self._node.node_id
+
+    @property
+    def boot_id(self) -> str:
+        """This start's id: with ``node_id``, the sender identity of delivery claims."""
+        return self._node.boot_id
+
+    @property
+    def ledger_owner(self) -> Owner:
+        """``(node_id, boot_id)``: who this store claims ledger rows as."""
+        return self._ledger.owner
 
     def get(self, key: str) -> SessionEntry | None:
         """The entry of ``key``, or ``None``."""
-        return self._entries.get(key)
+        return self._core.entries.get(key)
 
     def current_session_id(self, key: str) -> str | None:
         """The ``session_id`` the key routes to now, or ``None`` for an unknown key."""
-        entry = self._entries.get(key)
+        entry = self._core.entries.get(key)
         return entry.session_id if entry is not None else None
 
     def list_sessions(self) -> list[SessionEntry]:
         """Every routing entry (a snapshot; parses every entry not parsed yet)."""
-        return self._entries.values()
+        return self._core.entries.values()
 
     def flagged_sessions(self) -> list[SessionEntry]:
         """The entries with a turn marker or a pending resume (recovery's work list); only
         these are parsed, so a start with 100,000 stored sessions does not parse them all."""
-        return self._entries.flagged()
+        return self._core.entries.flagged()
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a table as the backend stores it (``protocol.DIAGNOSTIC_TABLES``):
+        a diagnostic for tests and tools."""
+        return self._core.read(lambda backend: backend.rows(table))
+
+    def statistics(self) -> StoreStatistics:
+        """Counts and flags describing the store now."""
+        return self._core.statistics()
+
+    def flush(self) -> bool:
+        """Write ``sessions.json`` now if it has pending changes; ``True`` when up to date."""
+        return self._core.flush()
+
+    def close(self) -> None:
+        """Flush the mirror and close the backends this store opened (idempotent)."""
+        self._core.close()
+
+    # -- SessionLifecycle --------------------------------------------------------
+    def session_key_for(self, source: SessionSource) -> str:
+        """The session key of ``source`` under this store's configuration (§3)."""
+        return self._sessions.session_key_for(source)
 
     def load_transcript(self, session_id: str, *,
                         before_turn: str | None = None) -> list[dict[str, Any]]:
-        """The transcript of ``session_id`` in order (§17.13 message dicts); with
-        ``before_turn`` (a turn token) only what was written before that turn began."""
-        sid = validate_session_id(session_id)
-        if before_turn is None:
-            return self._backend.load_messages(sid)
-        return self._backend.load_messages(sid, before_turn=before_turn)
+        """The transcript of ``session_id`` in order (§17.13 message dicts)."""
+        return self._sessions.load_transcript(session_id, before_turn=before_turn)
 
     def message_count(self, session_id: str) -> int:
-        """How many transcript messages ``session_id`` has (``/status``)."""
-        return self._backend.message_count(validate_session_id(session_id))
+        """How many transcript messages ``session_id`` has."""
+        return self._sessions.message_count(session_id)
 
-    # -- the state machine (§6) -------------------------------------------------------------
-
-    def get_or_create_session(
-        self, source: SessionSource, force_new: bool = False, touch_activity: bool = True
-    ) -> SessionEntry:
-        """The entry for ``source``'s key after §6: create, force a new session, rotate a
-        suspended one, keep a resume-pending one unchanged, or touch ``updated_at``."""
-        key = self.session_key_for(source)
-        entry = self._entries.get(key)
-        if entry is not None and lifecycle.access_action(
-                entry, force_new=force_new, touch_activity=touch_activity) in ("keep", "resume"):
-            return entry  # nothing to write: an immutable snapshot needs no lock
-        with self._key_lock(key):
-            entry = self._entries.get(key)
-            action = lifecycle.access_action(
-                entry, force_new=force_new, touch_activity=touch_activity
-            )
-            now = self._now()
-            if action == "create":
-                new = lifecycle.fresh_entry(key, source, now)
-                self._commit([self._create_op(new)], put=[new])
-            elif action == "force_new":
-                new = lifecycle.successor(entry, now, source)
-                self._commit(self._cut(entry, new, "force_new"), put=[new])
-            elif action == "rotate":
-                new = lifecycle.successor(
-                    entry, now, source, was_auto_reset=True, auto_reset_reason="suspended"
-                )
-                self._commit(self._cut(entry, new, "suspended"), put=[new])
-            elif action == "touch":
-                new = lifecycle.touched(entry, source, now)
-                self._commit([], put=[new])
-            else:
-                new = entry
-            return new
+    def get_or_create_session(self, source: SessionSource, force_new: bool = False,
+                              touch_activity: bool = True) -> SessionEntry:
+        """The entry for ``source``'s key after §6: create, force a new session, rotate
+        a suspended one, keep a resume-pending one unchanged, or touch ``updated_at``."""
+        return self._sessions.get_or_create_session(source, force_new, touch_activity)
 
     def reset_session(self, key: str) -> SessionEntry | None:
-        """``/new``/``/reset``: end the old session (``session_reset``), start a new one with
-        ``is_fresh_reset`` and ``prev_session_id``. ``None`` for an unknown key."""
-        with self._key_lock(key):
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            now = self._now()
-            new = lifecycle.successor(entry, now, None, is_fresh_reset=True)
-            self._commit(self._cut(entry, new, "session_reset"), put=[new])
-            return new
-
-    def _cut(self, old: SessionEntry, new: SessionEntry, reason: str) -> list[Any]:
-        """Operations of a session boundary: end ``old``'s row with ``reason``, start ``new``'s."""
-        ended_at = epoch(new.created_at) if new.created_at else self._ts()
-        return [EndSession(old.session_id, reason, ended_at), self._create_op(new)]
-
-    def _change(self, key: str, decide: Callable[[SessionEntry], SessionEntry | None]) -> bool:
-        """Apply ``decide(entry)`` under the key lock: ``None`` refuses, the same entry is a
-        no-op, anything else is committed. ``False`` for unknown keys and refusals."""
-        with self._key_lock(key):
-            entry = self._entries.get(key)
-            if entry is None:
-                return False
-            new = decide(entry)
-            if new is None:
-                return False
-            if new != entry:
-                self._commit([], put=[new])
-            return True
+        """``/new``/``/reset``: end the old session (``session_reset``), start a new one
+        with ``is_fresh_reset`` and ``prev_session_id``. ``None`` for an unknown key."""
+        return self._sessions.reset_session(key)
 
     def suspend_session(self, key: str) -> bool:
         """Mark ``key`` suspended: its next access rotates to a new session id."""
-        return self._change(key, lambda e: replace(e, suspended=True))
+        return self._sessions.suspend_session(key)
 
     def mark_resume_pending(self, key: str, reason: str) -> bool:
-        """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller states
-        the newer cause) and ``last_resume_marked_at``; refused on a suspended entry."""
-        if not isinstance(reason, str) or not reason:
-            raise ValueError("a resume reason must be a non-empty string")
-        now = self._now()
-
-        def mark(entry: SessionEntry) -> SessionEntry | None:
-            if entry.suspended:
-                return None
-            return replace(
-                entry, resume_pending=True, resume_reason=reason, last_resume_marked_at=now
-            )
-
-        return self._change(key, mark)
+        """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller
+        states the newer cause) and ``last_resume_marked_at``; refused on a suspended
+        entry."""
+        return self._sessions.mark_resume_pending(key, reason)
 
     def clear_resume_pending(self, key: str) -> bool:
         """Clear ``resume_pending`` and its reason (after a successful turn)."""
-        entry = self._entries.get(key)
-        if entry is not None and not entry.resume_pending and entry.resume_reason is None:
-            return True  # the common case after every turn: nothing to change, no lock
-        return self._change(key, lambda e: replace(e, resume_pending=False, resume_reason=None))
-
-    def _resume_flagged(self, key: str) -> bool:
-        entry = self._entries.get(key)
-        return entry is not None and (entry.resume_pending or entry.resume_reason is not None)
+        return self._sessions.clear_resume_pending(key)
 
     def clear_resume_pending_many(self, keys: Iterable[str]) -> int:
-        """:meth:`clear_resume_pending` for several keys in one commit; how many changed."""
-        flagged = [key for key in dict.fromkeys(keys) if self._resume_flagged(key)]
-        if not flagged:
-            return 0  # the common sweep: nothing to change, no pass over every lock
-        with self._all_keys():
-            changed = []
-            for key in flagged:
-                entry = self._entries.get(key)
-                if entry is not None and (entry.resume_pending or entry.resume_reason):
-                    changed.append(replace(entry, resume_pending=False, resume_reason=None))
-            if changed:
-                self._commit([], put=changed)
-        return len(changed)
+        """:meth:`clear_resume_pending` for several keys in one commit; how many
+        changed."""
+        return self._sessions.clear_resume_pending_many(keys)
 
     def mark_turn_active(self, key: str, *, internal: bool = False) -> str:
         """Durably mark a turn as running; returns its token (32 hex digits)."""
-        token = new_id()
-        now = self._now()
-
-        def mark(entry: SessionEntry) -> SessionEntry:
-            return replace(
-                entry,
-                active_turn_token=token,
-                active_turn_started_at=now,
-                active_turn_internal=bool(internal),
-            )
-
-        if not self._change(key, mark):
-            raise StoreError(f"no session with key {key!r}")
-        return token
+        return self._sessions.mark_turn_active(key, internal=internal)
 
     def clear_turn_active(self, key: str, token: str) -> bool:
         """Clear the turn marker only if it still holds ``token`` (compare-and-swap)."""
-
-        def clear(entry: SessionEntry) -> SessionEntry | None:
-            if token is None or entry.active_turn_token != token:
-                return None
-            return lifecycle.clear_turn_marker(entry)
-
-        return self._change(key, clear)
-
-    # -- bulk passes ------------------------------------------------------------------------
-
-    def _bulk(self, decide: Callable[[SessionEntry], SessionEntry | None]) -> list[SessionEntry]:
-        """Apply ``decide`` to every flagged entry (marker or resume flag) in one commit."""
-        with self._all_keys():
-            changed = []
-            for entry in self._entries.flagged():
-                new = decide(entry)
-                if new is not None and new != entry:
-                    changed.append(new)
-            if changed:
-                self._commit([], put=changed)
-            return changed
-
-    def recover_interrupted_turns(self, max_age_seconds: float) -> int:
-        """After an unclean stop: markers younger than ``max_age_seconds`` become
-        ``resume_pending`` (reason ``restart_interrupted`` unless one is already pending),
-        older ones are cleared; suspended/finalized entries only lose the marker. Returns
-        the number marked for resume."""
-        now, ts = self._now(), self._ts()
-        resumed = 0
-
-        def decide(entry: SessionEntry) -> SessionEntry | None:
-            nonlocal resumed
-            action = lifecycle.recovery_action(entry, ts, max_age_seconds)
-            if action == "resume":
-                resumed += 1
-                return lifecycle.resumed(entry, now)
-            if action == "clear":
-                return lifecycle.clear_turn_marker(entry)
-            return None
-
-        self._bulk(decide)
-        return resumed
+        return self._sessions.clear_turn_active(key, token)
 
     def discard_active_turn_markers(self) -> int:
         """Clear every turn marker (after a clean shutdown); returns how many were set."""
-        return len(
-            self._bulk(lambda e: lifecycle.clear_turn_marker(e) if e.has_active_turn else None)
-        )
-
-    def _protected(self, key: str) -> bool:
-        if self._has_active_processes is None:
-            return False
-        try:
-            return bool(self._has_active_processes(key))
-        except Exception as exc:  # fail closed: an unknown answer keeps the entry
-            log.warning("has_active_processes_fn failed for %r (%s); keeping it", key, exc)
-            return True
-
-    def _idle_entries(self, cutoff: float) -> list[SessionEntry]:
-        """Entries that may be idle since ``cutoff``: asked of the database, so a prune over
-        100,000 stored sessions parses only the old ones (else every entry)."""
-        db = self.db
-        if db is None:
-            return self.list_sessions()
-        try:
-            rows = db.routing_idle_before(cutoff)
-        except StoreError:
-            return self.list_sessions()
-        self._entries.fill(dict(rows))  # one read: no row is fetched again key by key
-        return [e for e in (self._entries.get(key) for key, _ in rows) if e is not None]
+        return self._sessions.discard_active_turn_markers()
 
     def prune_stale_entries(self, max_age_days: float) -> int:
-        """Drop routing entries idle for ``max_age_days`` (0 disables); transcripts stay.
+        """Drop routing entries idle for ``max_age_days`` (0 disables); transcripts
+        stay."""
+        return self._sessions.prune_stale_entries(max_age_days)
 
-        Kept: suspended entries, entries with a turn marker or a pending resume, and those
-        ``has_active_processes_fn`` protects or cannot answer for (fail closed).
-        """
-        if not max_age_days or max_age_days <= 0:
-            return 0
-        cutoff = self._ts() - float(max_age_days) * 86400.0
-        candidates = [e for e in self._idle_entries(cutoff) if lifecycle.is_stale(e, cutoff)]
-        # asked outside every lock: the callback may call back into the runtime
-        doomed = [e for e in candidates if not self._protected(e.session_key)]
-        if not doomed:
-            return 0
-        with self._all_keys():
-            keys = [e.session_key for e in doomed if self._entries.get(e.session_key) is e]
-            if keys:
-                self._commit([], delete=keys)
-        return len(keys)
+    def append_message(self, session_id: str, message: dict[str, Any], *,
+                       turn_token: str | None = None, is_reply: bool = False
+                       ) -> dict[str, Any]:
+        """Append a transcript message (``ValueError`` when malformed); returns it as
+        stored."""
+        return self._sessions.append_message(
+            session_id, message, turn_token=turn_token, is_reply=is_reply
+        )
 
-    # -- transcripts and usage --------------------------------------------------------------
+    def update_session(self, key: str, last_prompt_tokens: int | None = None,
+                       touch_activity: bool = True, *, input_tokens: int = 0,
+                       output_tokens: int = 0) -> SessionEntry | None:
+        """Record token usage and (unless ``touch_activity=False``) activity; ``None``
+        for an unknown key."""
+        return self._sessions.update_session(
+            key, last_prompt_tokens, touch_activity, input_tokens=input_tokens,
+            output_tokens=output_tokens
+        )
 
-    def append_message(
-        self,
-        session_id: str,
-        message: dict[str, Any],
-        *,
-        turn_token: str | None = None,
-        is_reply: bool = False,
-    ) -> dict[str, Any]:
-        """Append a transcript message (``ValueError`` when malformed); returns it as stored."""
-        validate_session_id(session_id)
-        msg = normalize_message(message, self._ts())
-        self._apply([AppendMessage(session_id, msg, turn_token=turn_token, is_reply=is_reply)])
-        return msg
+    # -- TurnRecords -------------------------------------------------------------
+    def begin_turn(self, session_key: str, session_id: str, *,
+                   user_message: dict[str, Any] | None = None, event_ids: Iterable[str] = (),
+                   internal: bool = False, touch_activity: bool = False) -> str:
+        """Start a turn in ONE transaction: set the durable turn marker (new token),
+        append ``user_message`` tagged with the token, consume ``event_ids`` (reason
+        ``turn``), and with ``touch_activity`` bump ``updated_at`` (a human turn is user
+        activity)."""
+        return self._turns.begin_turn(
+            session_key, session_id, user_message=user_message, event_ids=event_ids,
+            internal=internal, touch_activity=touch_activity
+        )
 
-    def update_session(
-        self,
-        key: str,
-        last_prompt_tokens: int | None = None,
-        touch_activity: bool = True,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> SessionEntry | None:
-        """Record token usage and (unless ``touch_activity=False``) activity; ``None`` for an
-        unknown key."""
-        with self._key_lock(key):
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            new = entry
-            if last_prompt_tokens is not None:
-                new = replace(new, last_prompt_tokens=int(last_prompt_tokens))
-            if touch_activity:
-                new = replace(new, updated_at=self._now())
-            ops = []
-            if input_tokens or output_tokens or last_prompt_tokens is not None:
-                ops.append(
-                    AddTokens(
-                        entry.session_id, int(input_tokens), int(output_tokens), last_prompt_tokens
-                    )
-                )
-            self._commit(ops, put=[new] if new != entry else [])
-            return new
+    def begin_first_turn(self, session_key: str, source: SessionSource, *,
+                         user_message: dict[str, Any] | None = None,
+                         event_ids: Iterable[str] = (), internal: bool = False,
+                         touch_activity: bool = False) -> tuple[str, SessionEntry]:
+        """:meth:`begin_turn` for a key that has no entry yet (a session's first
+        message): the session is created from ``source`` (§6 ``create``: a fresh entry
+        and its ``sessions`` row) in the same transaction that starts its first turn."""
+        return self._turns.begin_first_turn(
+            session_key, source, user_message=user_message, event_ids=event_ids,
+            internal=internal, touch_activity=touch_activity
+        )
+
+    def turn_replies(self, turns: Iterable[tuple[str, str] | tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of the persisted reply of each turn that
+        has one, in one read (recovery judges 1,000 markers without 1,000 round trips)."""
+        return self._turns.turn_replies(turns)
+
+    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
+        """The persisted final reply of turn ``token`` as a message (``role``,
+        ``content``), or ``None``."""
+        return self._turns.turn_reply(session_id, token)
+
+    def judge_interrupted_turns(self, now: float, max_age: float
+                                ) -> list[tuple[SessionEntry, MarkerVerdict]]:
+        """Every durable turn marker with its verdict (:func:`judge_marker`), judged
+        from the markers and the persisted replies alone (one read for all of them)."""
+        return self._turns.judge_interrupted_turns(now, max_age)
+
+    def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
+                       ledger_on: bool = True) -> int:
+        """Settle recovered turn markers in ONE transaction: each marker still holding
+        its token is cleared, marked ``resume_pending`` with the given reason (not on a
+        suspended entry), and its owed answer recorded ``pending`` in the ledger (with
+        ``ledger_on``). Returns how many markers were cleared."""
+        return self._turns.settle_markers(settlements, ledger_on=ledger_on)
+
+    def recover_interrupted_turns(self, max_age_seconds: float) -> int:
+        """After an unclean stop, settle every turn marker as the supervisor does: a
+        reply already persisted is recorded as owed (``recovered``), a turn without one
+        becomes ``resume_pending`` (``restart_interrupted`` unless a reason is pending),
+        old or finalized markers are cleared. Returns the number marked for resume."""
+        return self._turns.recover_interrupted_turns(max_age_seconds)
+
+    # -- Inbox -------------------------------------------------------------------
+    def accept_event(self, session_key: str, event: MessageEvent) -> str:
+        """Persist an accepted inbound event before it is acknowledged (idempotent by
+        id)."""
+        return self._inbox.accept_event(session_key, event)
+
+    def withdraw_event(self, event_id: str) -> bool:
+        """Delete an unconsumed inbox event, leaving nothing of it (a message refused
+        after it was made durable); False when it is unknown or already consumed."""
+        return self._inbox.withdraw_event(event_id)
+
+    def consume_events(self, event_ids: Iterable[str], reason: str) -> None:
+        """Mark inbox events consumed (``turn``, ``command``, ``dropped``...); the first
+        reason sticks."""
+        return self._inbox.consume_events(event_ids, reason)
+
+    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
+        """Unconsumed events as ``(session_key, event)`` in their original arrival
+        order."""
+        return self._inbox.pending_inbox()
+
+    def inbox_prune(self, max_age_days: float = 7) -> int:
+        """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""
+        return self._inbox.inbox_prune(max_age_days)
+
+    # -- DeliveryLedger ----------------------------------------------------------
+    def ledger_record(
+        self, *, session_key: str, platform: str, chat_id: str | None,
+        thread_id: str | None, content: str, kind: str, token: str | None,
+        clear_turn: bool = False, claim: bool = False, consume: tuple[str, ...] = (),
+        consume_reason: str = "command", reply: tuple[str, dict[str, Any]] | None = None,
+        in_reply_to: tuple[str, ...] = (),
+    ) -> str | None:
+        """Record an obligation as ``pending``; returns its id (same inputs → same id,
+        one row)."""
+        return self._ledger.ledger_record(
+            session_key=session_key, platform=platform, chat_id=chat_id, thread_id=thread_id,
+            content=content, kind=kind, token=token, clear_turn=clear_turn, claim=claim,
+            consume=consume, consume_reason=consume_reason, reply=reply,
+            in_reply_to=in_reply_to
+        )
+
+    def ledger_claim(self, obligation_id: str, *, owner: Owner | None = None) -> bool:
+        """Move a ``pending``/``failed`` row (or one another boot was attempting) to
+        ``attempting`` for ``owner`` (default: this store's sender); ``False`` for final
+        rows, unknown ids and rows this owner is attempting already."""
+        return self._ledger.ledger_claim(obligation_id, owner=owner)
+
+    def ledger_claim_many(self, obligation_ids: Iterable[str], *,
+                          owner: Owner | None = None) -> set[str]:
+        """:meth:`ledger_claim` for several rows in one transaction; the ids granted."""
+        return self._ledger.ledger_claim_many(obligation_ids, owner=owner)
+
+    def ledger_finish(self, obligation_id: str, state: str, *,
+                      error: str | None = None) -> str | None:
+        """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts
+        or 24 h); returns the stored state, or ``None`` for an unknown id."""
+        return self._ledger.ledger_finish(obligation_id, state, error=error)
+
+    def ledger_finish_later(self, obligation_id: str, state: str, *, error: str | None = None,
+                            on_done: Callable[[], None]) -> None:
+        """:meth:`ledger_finish` without waiting for the commit; ``on_done()`` once
+        durable (or failed, logged). A crash before that commit leaves the row
+        ``attempting``: redelivered once with the recovered prefix, as for a crash right
+        after the send."""
+        return self._ledger.ledger_finish_later(
+            obligation_id, state, error=error, on_done=on_done
+        )
+
+    def ledger_finish_many(self, outcomes: Iterable[tuple[str, bool, str | None]]) -> None:
+        """End several attempts in one transaction: ``(obligation_id, delivered,
+        error)``."""
+        return self._ledger.ledger_finish_many(outcomes)
+
+    def ledger_rows(self, states: Iterable[str] | str | None = None, *,
+                    session_key: str | None = None) -> list[dict[str, Any]]:
+        """Ledger rows (every column) oldest first, filtered by state(s) and key."""
+        return self._ledger.ledger_rows(states, session_key=session_key)
+
+    def ledger_counts(self) -> dict[str, int]:
+        """Ledger rows per state (one grouped read: ``/metrics`` asks at every scrape)."""
+        return self._ledger.ledger_counts()
+
+    def ledger_prune(self, max_age_days: float = 7) -> int:
+        """Delete ``delivered``/``abandoned`` rows untouched for ``max_age_days``; the
+        count."""
+        return self._ledger.ledger_prune(max_age_days)
+
+    # -- OutboxRecords -----------------------------------------------------------
+    def outbox_append(self, *, session_key: str, platform: str, chat_id: str | None,
+                      thread_id: str | None, text: str, kind: str, floor: int = 0,
+                      in_reply_to: tuple[str, ...] = ()) -> int:
+        """Append a reply for a chat; returns its cursor (greater than every earlier
+        one). ``in_reply_to`` names the inbound events it answers."""
+        return self._outbox.outbox_append(
+            session_key=session_key, platform=platform, chat_id=chat_id, thread_id=thread_id,
+            text=text, kind=kind, floor=floor, in_reply_to=in_reply_to
+        )
+
+    def outbox_read(self, platform: str, chat_id: str | None, after: int = 0,
+                    limit: int = 100) -> list[dict[str, Any]]:
+        """Rows of one chat with a cursor above ``after``, oldest first (at most
+        ``limit``, capped at :data:`MAX_READ`); each a dict of :data:`OUTBOX_COLUMNS`."""
+        return self._outbox.outbox_read(platform, chat_id, after, limit)
+
+    def outbox_head(self) -> int:
+        """The highest cursor so far (0 when the outbox is empty)."""
+        return self._outbox.outbox_head()
+
+    def outbox_prune(self, max_age_days: float = 7) -> int:
+        """Delete rows older than ``max_age_days``; returns the count."""
+        return self._outbox.outbox_prune(max_age_days)
+
+    # -- NodeRecords -------------------------------------------------------------
+    def clean_shutdown(self) -> bool:
+        """Whether the last run of this node ended with a graceful stop."""
+        return self._node.clean_shutdown()
+
+    def mark_clean_shutdown(self, info: dict[str, Any]) -> None:
+        """The last act of a graceful stop (``info``: who stopped, when)."""
+        return self._node.mark_clean_shutdown(info)
+
+    def clear_clean_shutdown(self) -> None:
+        """Forget the marker (once the start it allowed has discarded the turn markers)."""
+        return self._node.clear_clean_shutdown()
+
+    def restart_counts(self) -> dict[str, int]:
+        """``session_key -> consecutive restarts it was mid-turn across`` (positive
+        only)."""
+        return self._node.restart_counts()
+
+    def write_restart_counts(self, counts: dict[str, int]) -> None:
+        """Replace the restart counts."""
+        return self._node.write_restart_counts(counts)
+
+    def restart_boots(self) -> list[float]:
+        """Epoch times of recent boots that had sessions to resume (the storm guard)."""
+        return self._node.restart_boots()
+
+    def write_restart_boots(self, boots: list[float]) -> None:
+        """Replace the storm guard's boots."""
+        return self._node.write_restart_boots(boots)
+

@@ -5,7 +5,7 @@ from hermes_actors.agents.scripted import Gates, ScriptedAgent, ScriptedFailure
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.testing.clock import FakeClock
 from hermes_actors.testing.memory import FakeMemoryProbe
-from hermes_actors.testing.rows import db_rows
+from hermes_actors.testing.rows import db_rows, node_values
 
 __all__ = [
     "FakeClock",
@@ -16,4 +16,5 @@ __all__ = [
     "ScriptedFailure",
     "crashpoint",
     "db_rows",
+    "node_values",
 ]

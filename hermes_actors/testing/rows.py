@@ -1,18 +1,24 @@
-"""``db_rows``: what a gateway's ``state.db`` holds, read through a separate read-only
-connection, for tests that check that something was (or was not) stored.
+"""Diagnostic reads of a home for tests that check what was (or was not) stored.
 
-It reads the file as any other SQLite client would, so tests need no private attribute of a
-store or backend, and it can be used while the gateway runs (WAL readers never block it).
+``db_rows`` reads ``<home>/state.db`` through a separate read-only connection, as any other
+SQLite client would, so tests need no private attribute of a store or backend, and it can
+be used while the gateway runs (WAL readers never block it). ``node_values`` reads the
+node's state (the clean-shutdown marker, restart counts, restart-storm boots) wherever the
+home's backend keeps it: the database's ``node_state`` table, else the home's files
+(degraded mode). A live store answers the same questions with ``SessionStore.rows(table)``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-__all__ = ["db_rows"]
+from hermes_actors.store.backends.files.node_files import read_home_files
+
+__all__ = ["db_rows", "node_values"]
 
 
 def db_rows(home: str | os.PathLike[str], table: str, where: str = "",
@@ -29,3 +35,18 @@ def db_rows(home: str | os.PathLike[str], table: str, where: str = "",
         return [dict(row) for row in conn.execute(sql, params)]
     finally:
         conn.close()
+
+
+def node_values(home: str | os.PathLike[str]) -> dict[str, Any]:
+    """The node state of the gateway of ``home`` (name -> decoded value), from
+    ``state.db`` merged with whatever the home's files hold (files win: they are what a
+    degraded run wrote last, and what the next start imports)."""
+    values: dict[str, Any] = {}
+    if (Path(home) / "state.db").exists():
+        try:
+            rows = db_rows(home, "node_state")
+        except sqlite3.OperationalError:  # a database from before the node state
+            rows = []
+        values.update((row["name"], json.loads(row["value"])) for row in rows)
+    values.update((name, json.loads(text)) for name, text in read_home_files(Path(home)).items())
+    return values

@@ -10,6 +10,7 @@ import pytest
 
 from hermes_actors.cli import main
 from hermes_actors.process.client import GatewayClient, SendOptions, send
+from hermes_actors.testing import node_values
 
 from .conftest import TOKEN, run_cli
 
@@ -38,14 +39,16 @@ class TestSend:
     def test_send_wait_prints_the_answer_to_its_own_message(self, shared_gateway):
         """A reply to an earlier message of the same chat that lands while ``--wait`` polls
         is not taken for this message's answer (matched by event id)."""
-        shared_gateway.post("cli-order", "sleep 1")  # its reply comes first
+        key = shared_gateway.post("cli-order", "sleep 3")["session_key"]  # replied first
+        while not shared_gateway.session(key)[1].get("running"):  # its turn has started
+            pass
         printed: list[str] = []
         client = GatewayClient(shared_gateway.url, TOKEN)
         assert send(client, SendOptions("/queue after it", chat_id="cli-order", wait=True),
                     out=printed.append)
         assert printed == ["Queued for the next turn.", "echo: after it"]
         texts = [m["text"] for m in shared_gateway.outbox("cli-order", wait=0)["messages"]]
-        assert texts == ["Queued for the next turn.", "slept 1", "echo: after it"]
+        assert texts == ["Queued for the next turn.", "slept 3", "echo: after it"]
 
     def test_url_and_token_come_from_the_home_config(self, shared_gateway, tmp_path):
         home = tmp_path / "client-home"
@@ -88,7 +91,7 @@ class TestChat:
         lines = result.stdout.splitlines()
         assert lines[0] == "echo: hello" and lines[-1] == "echo: bye"
         assert "Turn: idle" in lines
-        assert (home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(home)
 
     def test_quit_ends_the_session_and_the_rest_is_not_sent(self, tmp_path):
         result = run_cli("chat", "--home", str(tmp_path / "home"),

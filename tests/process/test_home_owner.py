@@ -19,6 +19,7 @@ import urllib.parse
 import pytest
 
 from hermes_actors import Gateway, HermesActorsError, HomeInUseError, load_config
+from hermes_actors.testing import node_values
 
 from .conftest import clean_env, run_cli
 
@@ -74,7 +75,7 @@ class TestEmbeddedAgainstRun:
         assert out.startswith("REFUSED ") and f"pid {first.proc.pid}" in out
         assert "stop that gateway first" in out and "Traceback" not in err
         # the live gateway's turn and marker are untouched, and no marker was written
-        assert not (home / ".clean_shutdown").exists()
+        assert "clean_shutdown" not in node_values(home)
         status, body = first.session(KEY)
         assert status == 200 and body["running"]
         assert body["entry"]["active_turn_token"] == marked["active_turn_token"]
@@ -100,14 +101,14 @@ class TestRunAgainstEmbedded:
             assert result.returncode == 2
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and f"(pid {embedded.pid})" in lines[0], result.stderr
-            assert not (home / ".clean_shutdown").exists()
+            assert "clean_shutdown" not in node_values(home)
             embedded.stdin.write("\n")
             embedded.stdin.flush()
             assert embedded.stdout.readline().strip() == "STOPPED"
         finally:
             embedded.kill()
             embedded.wait(timeout=30)
-        assert (home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(home)
 
     def test_read_only_commands_work_while_a_gateway_runs(self, start_gateway, tmp_path):
         home = tmp_path / "home"
@@ -138,7 +139,7 @@ class TestInProcess:
         assert "in use by a running gateway (pid" in str(caught.value)
         assert not second.running
         assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
-        assert not (home / ".clean_shutdown").exists()
+        assert "clean_shutdown" not in node_values(home)
         first.stop(drain_timeout=1)
         third = Gateway(home, load_config({}))
         try:

@@ -7,6 +7,8 @@ import signal
 
 import psutil
 
+from hermes_actors.testing import node_values
+
 from .conftest import run_cli
 
 
@@ -22,7 +24,7 @@ class TestGracefulStop:
         gateway.post("t", "hello")
         gateway.replies("t", 1)
         assert gateway.stop() == 0
-        assert (tmp_path / "home" / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(tmp_path / "home")
         log = gateway.stderr.text()
         events = ["event=starting", "event=ready", "event=stopping signal=SIGTERM",
                   "event=stopped clean_shutdown=True"]
@@ -72,7 +74,7 @@ class TestGracefulStop:
         gateway.signal(signal.SIGINT)
         gateway.stderr.expect("event=hurry")
         assert gateway.proc.wait(timeout=30) == 0
-        assert (home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(home)
         entry = _entry(home, key)
         assert entry["resume_pending"] is True
         assert entry["resume_reason"] == "shutdown_timeout"

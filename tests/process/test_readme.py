@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from hermes_actors.testing import node_values
+
 from .conftest import GatewayProcess, run_cli
 
 README = Path(__file__).resolve().parents[2] / "README.rst"
@@ -48,4 +50,4 @@ class TestReadme:
         finally:
             gateway.kill()
         home = tmp_path / re.search(r"--home (\S+)", run_part).group(1)
-        assert (home / "state.db").exists() and (home / ".clean_shutdown").exists()
+        assert (home / "state.db").exists() and "clean_shutdown" in node_values(home)

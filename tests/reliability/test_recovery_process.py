@@ -9,6 +9,7 @@ import pytest
 
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import resume_note
+from hermes_actors.testing import node_values
 
 from .conftest import crash_at, outbox
 
@@ -120,7 +121,7 @@ class TestStuckLoop:
         entry = routing(child.home)
         assert entry["session_id"] != old
         assert entry["was_auto_reset"] is True and entry["prev_session_id"] == old
-        counts = json.loads((child.home / "restart_counts.json").read_text())
+        counts = node_values(child.home).get("restart_counts", {})
         assert KEY not in counts
 
     def test_successful_turn_resets_counter(self, spawn):
@@ -130,11 +131,11 @@ class TestStuckLoop:
         child.expect("TURN")
         child.kill()
         child = spawn(config)
-        counts = json.loads((child.home / "restart_counts.json").read_text())
+        counts = node_values(child.home).get("restart_counts", {})
         assert counts == {KEY: 1}
         child.send("hi")
         child.idle()
-        counts = json.loads((child.home / "restart_counts.json").read_text())
+        counts = node_values(child.home).get("restart_counts", {})
         assert counts == {}
         child.stop()
 
@@ -147,11 +148,11 @@ class TestGracefulStop:
         child.send("hello")
         child.idle()
         assert child.terminate() == 0
-        assert (child.home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(child.home)
         again = spawn()
         assert again.report["clean_shutdown"] is True
         assert again.report["resumed"] == []
-        assert not (child.home / ".clean_shutdown").exists()
+        assert "clean_shutdown" not in node_values(child.home)
         again.idle()
         assert again.turns() == []
 
@@ -160,7 +161,7 @@ class TestGracefulStop:
         child.send("sleep 60")
         child.expect("TURN")
         assert child.stop(drain=0.2) == 0
-        assert (child.home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(child.home)
         assert routing(child.home)["resume_reason"] == "shutdown_timeout"
         again = spawn()
         assert again.report["resumed"] == [KEY]

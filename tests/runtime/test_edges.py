@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from datetime import datetime, timezone
 
@@ -19,14 +17,14 @@ from hermes_actors import (
 )
 from hermes_actors.errors import StoreError
 from hermes_actors.model.entry import SessionEntry
-from hermes_actors.runtime import supervisor as supervisor_module
 from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
 from hermes_actors.runtime.session_actor import NEW_SESSION_CUT
 from hermes_actors.runtime.turn import FAILED_NOTICE
-from hermes_actors.store.runtime_api import SessionRotatedError
+from hermes_actors.store.node import NodeRecords
 from hermes_actors.store.store import SessionStore
-from hermes_actors.testing import FakeClock, Gates, ScriptedAgent
+from hermes_actors.store.turns import SessionRotatedError
+from hermes_actors.testing import FakeClock, Gates, ScriptedAgent, node_values
 
 SRC = SessionSource("telegram", chat_id="42", user_id="7")
 KEY = "agent:main:telegram:dm:42"
@@ -74,18 +72,22 @@ class TestSubmitRacingStop:
         again.stop()
 
 
-class TestLedgerPidReuse:
-    """An attempting row of a crashed process with our pid (containers) is redelivered."""
+class TestLedgerEarlierBoot:
+    """An attempting row of an earlier boot of this node (a crash mid-send, in this very
+    process's pid or not) is redelivered, prefixed, by the next boot."""
 
-    def test_same_pid_other_start_time(self, tmp_path):
+    def test_attempting_row_of_an_earlier_boot(self, tmp_path):
         gw, _ = gateway(tmp_path)
         gw.stop()
         store = SessionStore(tmp_path / "sessions")
         oid = store.ledger_record(session_key=KEY, platform="telegram", chat_id="42",
                                   thread_id=None, content="owed", kind="reply", token="t1")
-        assert store.ledger_claim(oid, owner_pid=os.getpid(), owner_started_at=1.0)
+        assert store.ledger_claim(oid)  # this boot sends... and "crashes"
+        earlier = store.ledger_owner
         store.close()
         again, adapter = gateway(tmp_path)
+        assert again.store.ledger_owner[0] == earlier[0]  # the same node, another boot
+        assert again.store.ledger_owner[1] != earlier[1]
         assert adapter.texts() == ["♻️ Recovered reply: owed"]
         again.stop()
 
@@ -220,23 +222,22 @@ class TestBookkeepingFailures:
     """A full disk for restart counters neither fails an answered turn nor the stop."""
 
     def test_enospc_on_counters(self, tmp_path, monkeypatch):
-        real = supervisor_module.atomic_write_json
         gw, adapter = gateway(tmp_path, agent={"auto_continue_freshness": 0})
         gw.stop()
-        (tmp_path / "restart_counts.json").write_text(json.dumps({KEY: 1}))
+        store = SessionStore(tmp_path / "sessions")
+        store.write_restart_counts({KEY: 1})
+        store.close()
 
-        def full(path, data, **kw):
-            if str(path).endswith("restart_counts.json"):
-                raise OSError(28, "No space left on device")
-            return real(path, data, **kw)
+        def full(self, counts):
+            raise StoreError("cannot write the node state: No space left on device")
 
-        monkeypatch.setattr(supervisor_module, "atomic_write_json", full)
+        monkeypatch.setattr(NodeRecords, "write_restart_counts", full)
         again, adapter = gateway(tmp_path)
-        submit(again, "hello")
+        submit(again, "hello")  # its success would reset the count: the write fails
         assert again.wait_idle(10)
         assert adapter.texts() == ["echo: hello"]
         again.stop()
-        assert (tmp_path / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(tmp_path)
 
 
 class TestSessionRotated:

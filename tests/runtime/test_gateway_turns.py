@@ -5,6 +5,7 @@ from __future__ import annotations
 from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.store import SessionStore
+from hermes_actors.testing import node_values
 
 
 class TestEcho:
@@ -124,7 +125,7 @@ class TestDrain:
         h = make_harness()
         h.hold("g", "wait")
         h.gw.stop(drain_timeout=0.05)
-        assert (h.gw.home / ".clean_shutdown").exists()
+        assert "clean_shutdown" in node_values(h.gw.home)
         store = SessionStore(h.gw.home / "sessions")
         entry = store.get(h.key())
         assert entry.resume_pending and entry.resume_reason == "shutdown_timeout"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -10,6 +11,12 @@ from hermes_actors.errors import StoreError
 from hermes_actors.store import SessionDB, StoreUnavailableError
 from hermes_actors.store.backends.sqlite.schema import MODELS, SCHEMA_VERSION
 from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+from hermes_actors.store.routing import NO_FLAGS, RoutingRow
+
+
+def _put(key: str, text: str, updated_at: float = 1.0) -> PutRouting:
+    """A routing upsert of ``text`` with no flags set."""
+    return PutRouting(key, text, *NO_FLAGS._replace(updated_at=updated_at))
 
 
 def _msg(content: str, ts: float = 1.0, role: str = "user") -> dict:
@@ -53,7 +60,9 @@ class TestSchema:
             columns = [row[1] for row in _sql(db, f"PRAGMA table_info({table})")]
             assert columns == [f.column_name for f in model._meta.sorted_fields], table
         routing = [row[1] for row in _sql(db, "PRAGMA table_info(routing)")]
-        assert routing == ["session_key", "entry", "updated_at"]
+        assert routing[:3] == ["session_key", "entry", "updated_at"]  # §17.14, then flags
+        assert routing[3:] == ["active_turn_token", "active_turn_started_at",
+                               "active_turn_internal", "resume_pending", "suspended"]
 
     def test_newer_schema_is_refused_untouched(self, tmp_path):
         path = tmp_path / "state.db"
@@ -66,10 +75,11 @@ class TestSchema:
     def test_reopen_keeps_data(self, tmp_path):
         path = tmp_path / "state.db"
         first = SessionDB(path)
-        first.apply([PutRouting("k", '{"x": 1}', 1.0)])
+        first.apply([_put("k", '{"x": 1}')])
         first.close()
         again = SessionDB(path)
-        assert again.load_routing() == [("k", '{"x": 1}')]
+        assert again.routing_rows() == [RoutingRow("k", '{"x": 1}',
+                                                   NO_FLAGS._replace(updated_at=1.0))]
         again.close()
 
     def test_append_for_a_session_without_a_row_creates_one(self, db):
@@ -81,7 +91,7 @@ class TestSchema:
         closed.close()
         closed.close()
         with pytest.raises(StoreError):
-            closed.load_routing()
+            closed.routing_rows()
 
 
 class TestSearch:
@@ -155,16 +165,16 @@ class TestWriteFailures:
     def test_read_only_connection_raises_unavailable(self, db):
         _sql(db, "PRAGMA query_only = 1")
         with pytest.raises(StoreUnavailableError):
-            db.apply([PutRouting("k", "{}", 1.0)])
+            db.apply([_put("k", "{}")])
         _sql(db, "PRAGMA query_only = 0")
-        db.apply([PutRouting("k", "{}", 1.0)])
-        assert db.load_routing() == [("k", "{}")]
+        db.apply([_put("k", "{}")])
+        assert [row.entry for row in db.routing_rows()] == ["{}"]
 
     def test_failed_transaction_leaves_nothing_behind(self, db):
         _sql(db, "CREATE TRIGGER refuse BEFORE INSERT ON routing BEGIN "
                  "SELECT RAISE(ABORT, 'refused'); END")  # fmt: skip
         with pytest.raises(StoreError, match="refused"):
-            db.apply([AppendMessage("s1", _msg("first")), PutRouting("k", "{}", 1.0)])
+            db.apply([AppendMessage("s1", _msg("first")), _put("k", "{}")])
         assert db.load_messages("s1") == []
 
 
@@ -179,7 +189,7 @@ class TestReadOnly:
         assert (ro.integrity_check(), ro.check_fts()) == ("ok", "ok")
         assert ro.counts()["messages"] == 1
         with pytest.raises(StoreError):
-            ro.apply([PutRouting("k", "{}", 1.0)])
+            ro.apply([_put("k", "{}")])
         ro.close()
         assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -189,34 +199,61 @@ class TestReadOnly:
         assert list(tmp_path.iterdir()) == []
 
 
-class TestRoutingRecoveryIndex:
-    """The start's query for rows that may need recovery is answered from the index, also
-    on a database migrated to version 3, whose index had an older condition."""
+class TestRoutingFlagColumns:
+    """Recovery's candidates come from a partial index over the flag columns, and migration 7
+    moves the flags of rows written by older builds (in the JSON text) into the columns."""
 
     @staticmethod
     def _plan(path) -> str:
-        from hermes_actors.store.backends.sqlite.schema import ROUTING_MAY_NEED_RECOVERY
+        from hermes_actors.store.backends.sqlite.schema import ROUTING_FLAGGED
 
         with sqlite3.connect(path) as conn:
             rows = conn.execute("EXPLAIN QUERY PLAN SELECT session_key, entry FROM routing"
-                                f" WHERE {ROUTING_MAY_NEED_RECOVERY}").fetchall()
+                                f" WHERE {ROUTING_FLAGGED}").fetchall()
         return " ".join(row[-1] for row in rows)
 
     def test_a_new_database(self, tmp_path):
         SessionDB(tmp_path / "state.db").close()
-        assert "USING INDEX routing_recovery" in self._plan(tmp_path / "state.db")
+        assert "USING INDEX routing_flagged" in self._plan(tmp_path / "state.db")
 
-    def test_a_database_migrated_to_version_3(self, tmp_path):
+    def test_a_database_of_version_6_is_migrated(self, tmp_path):
         from hermes_actors.store.backends.sqlite.schema import MIGRATIONS
 
         path = tmp_path / "state.db"
-        with sqlite3.connect(path) as conn:  # what the release with migration 3 left
-            for migration in MIGRATIONS[:3]:
+        marked = {"session_key": "k1", "session_id": "20240101_000000_aaaa0001",
+                  "active_turn_token": "t" * 32,
+                  "active_turn_started_at": "2024-01-01T00:00:00+00:00",
+                  "updated_at": "2024-01-01T00:00:00+00:00", "resume_pending": False}
+        plain = {"session_key": "k2", "session_id": "20240101_000000_aaaa0002",
+                 "suspended": True, "updated_at": None, "display_name": "DM with Bo"}
+        with sqlite3.connect(path) as conn:  # what the release with migration 6 left
+            for migration in MIGRATIONS[:6]:
                 for statement in migration:
                     conn.execute(statement)
-            conn.execute("PRAGMA user_version = 3")
-        assert "USING INDEX" not in self._plan(path)  # the old index does not serve it
-        SessionDB(path).close()
-        assert "USING INDEX routing_recovery" in self._plan(path)
+            conn.execute("PRAGMA user_version = 6")
+            conn.executemany("INSERT INTO routing (session_key, entry, updated_at)"
+                             " VALUES (?, ?, 5.0)",
+                             [("k1", json.dumps(marked)), ("k2", json.dumps(plain)),
+                              ("k3", "not json")])
+            conn.execute("INSERT INTO deliveries (obligation_id, session_key, platform,"
+                         " content, kind, state, attempts, owner_pid, owner_started_at,"
+                         " created_at, updated_at) VALUES ('o', 'k1', 'telegram', 'x',"
+                         " 'reply', 'attempting', 1, 4242, 1.0, 1.0, 1.0)")
+        db = SessionDB(path)
+        try:
+            rows = {row.session_key: row for row in db.routing_rows()}
+            assert [row.session_key for row in db.routing_flagged()] == ["k1"]
+            assert rows["k1"].flags.active_turn_token == "t" * 32
+            assert rows["k1"].flags.active_turn_started_at == 1704067200.0
+            assert "active_turn_token" not in json.loads(rows["k1"].entry)
+            assert rows["k2"].flags.suspended and rows["k2"].flags.updated_at is None
+            assert json.loads(rows["k2"].entry)["display_name"] == "DM with Bo"
+            assert rows["k3"].entry == "not json"  # kept as it was: skipped at first use
+            [owed] = db.ledger_rows()
+            assert (owed["state"], owed["owner_node"], owed["owner_boot"]) == (
+                "attempting", None, None)  # an old process's claim: nobody's now
+        finally:
+            db.close()
+        assert "USING INDEX routing_flagged" in self._plan(path)
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)

@@ -114,7 +114,7 @@ class TestOpenFailure:
         assert [e.event_id for _, e in store.pending_inbox()] == [event.event_id]
         store.consume_events([event.event_id], "turn")
         assert store.pending_inbox() == []
-        assert store.ledger_claim(oid, owner_pid=os.getpid(), owner_started_at=1.0)
+        assert store.ledger_claim(oid)
         assert store.ledger_finish(oid, "delivered") == "delivered"
         assert sum("not crash-safe" in r.getMessage() for r in caplog.records) == 1
 
@@ -131,7 +131,7 @@ class TestOpenFailure:
         assert healed.get(entry.session_key).resume_reason == "shutdown_timeout"
         assert healed.load_transcript(entry.session_id)[0]["content"] == "from degraded"
         assert not (home / "sessions" / f"{entry.session_id}.jsonl").exists()
-        assert dict(healed.db.load_routing()).keys() == {entry.session_key}
+        assert {r.session_key for r in healed.db.routing_rows()} == {entry.session_key}
         healed.flush()
         assert DEGRADED_KEY not in _mirror(home)
         healed.close()
@@ -182,7 +182,7 @@ class TestWriteFailureAfterOpen:
         def unreadable():
             raise StoreError("disk I/O error")
 
-        monkeypatch.setattr(db, "load_routing", unreadable)
+        monkeypatch.setattr(db, "routing_rows", unreadable)
         db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
         assert store.mark_resume_pending(entries[0].session_key, "restart_timeout")
         assert store.degraded
@@ -211,7 +211,7 @@ class TestLazyEntriesAcrossASwitch:
         store, old = self._reopened(make_store)
         db = store.db
         inside, go = threading.Event(), threading.Event()
-        real_load = db.load_routing
+        real_load = db.routing_rows
 
         def slow_load():  # the failing database still reads, slowly
             inside.set()
@@ -221,8 +221,8 @@ class TestLazyEntriesAcrossASwitch:
         def broken(key):
             raise StoreUnavailableError("disk I/O error")
 
-        db.load_routing = slow_load
-        db.routing_entry = broken
+        db.routing_rows = slow_load
+        db.routing_row = broken
         switcher = threading.Thread(target=store.get, args=(old[0].session_key,))
         switcher.start()
         assert inside.wait(10)

@@ -152,7 +152,7 @@ class TestBatching:
 
 def _session_ops(n: int) -> list:
     key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"
-    return [CreateSession(sid, key, None, T0), PutRouting(key, "{}", T0)]
+    return [CreateSession(sid, key, None, T0), PutRouting(key, "{}", None, None, False, False, False, T0)]
 
 
 class TestGroupCommit:
@@ -237,7 +237,7 @@ GEVENT_SCRIPT = textwrap.dedent(
 
     def ops(n):
         key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"
-        return [CreateSession(sid, key, None, 1.0), PutRouting(key, "{}", 1.0)]
+        return [CreateSession(sid, key, None, 1.0), PutRouting(key, "{}", None, None, False, False, False, 1.0)]
 
     # Hold the worker on a native lock; greenlets pile up; the hub stays free meanwhile.
     gate = native_lock()
@@ -294,7 +294,7 @@ class TestKeyLocks:
         entries = [store.get_or_create_session(dm(str(n))) for n in range(100)]
         # These keys hash to 100 different stripes (a few of any 100 keys share one; then
         # those do wait for each other, which is the price of a bounded lock table).
-        assert len({id(store._key_lock(e.session_key)) for e in entries}) == 100
+        assert len({id(store._core.key_lock(e.session_key)) for e in entries}) == 100
         ex = store.db._executor
         blocked = _Blocked(ex)
         threads = [

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 
-import psutil
-
 from hermes_actors.model.entry import SessionEntry
-from hermes_actors.store.entrymap import EntryMap, may_need_recovery
-from hermes_actors.store.loader import parse_entry
-from hermes_actors.store.runtime_api import MarkerSettlement
+from hermes_actors.store.entrymap import EntryMap
+from hermes_actors.store.routing import RoutingRow, entry_text, flags_of
+from hermes_actors.store.turns import MarkerSettlement
 
 from .conftest import dm
 
@@ -27,13 +24,14 @@ def _reopen(make_store, store):
     return make_store()
 
 
-def _raw_routing(home, key: str, entry: dict, *, compact: bool = False) -> None:
-    text = json.dumps(entry, separators=(",", ":") if compact else None)
+def _raw_routing(home, key: str, entry: dict, *, token: str | None = None) -> None:
+    """Write a routing row as another tool might: the entry text as given, and a turn
+    marker (``token``) in the flag columns only."""
     conn = sqlite3.connect(home / "state.db")
     with conn:
-        conn.execute("INSERT OR REPLACE INTO routing (session_key, entry, updated_at)"
-                     " VALUES (?, ?, 0)",
-                     (key, text))
+        conn.execute("INSERT OR REPLACE INTO routing (session_key, entry, updated_at,"
+                     " active_turn_token, active_turn_started_at) VALUES (?, ?, 0, ?, ?)",
+                     (key, json.dumps(entry), token, 1_700_000_000.0 if token else None))
     conn.close()
 
 
@@ -80,22 +78,21 @@ class TestLazyLoading:
         assert store.get(keys[7]).resume_pending
         assert store.statistics().entries_parsed == 1
 
-    def test_row_written_another_way_is_still_found(self, make_store, home):
+    def test_the_columns_decide_whatever_the_text_says(self, make_store, home):
         marked = _marked_and_closed(make_store)
-        # e.g. a tool rewrote the row compactly: the marker must not be missed
-        _raw_routing(home, marked.session_key, marked.to_dict(), compact=True)
+        # the text claims no marker (and hides decoys in metadata); the columns hold one
+        data = {**marked.to_dict(), "active_turn_token": None,
+                "metadata": {"active_turn_token": None, "resume_pending": False}}
+        _raw_routing(home, marked.session_key, data, token="t" * 32)
         store = make_store()
-        assert [e.active_turn_token for e in store.flagged_sessions()] == [
-            marked.active_turn_token]
+        assert [e.active_turn_token for e in store.flagged_sessions()] == ["t" * 32]
 
-    def test_metadata_cannot_hide_a_marker(self, make_store, home):
+    def test_a_marker_only_in_the_text_is_not_one(self, make_store, home):
         marked = _marked_and_closed(make_store)
-        data = marked.to_dict()
-        data["metadata"] = {"active_turn_token": None, "resume_pending": False}
-        _raw_routing(home, marked.session_key, data)
+        _raw_routing(home, marked.session_key, marked.to_dict())  # no marker in the columns
         store = make_store()
-        assert [e.active_turn_token for e in store.flagged_sessions()] == [
-            marked.active_turn_token]
+        assert store.flagged_sessions() == []
+        assert store.get(marked.session_key).active_turn_token is None
 
     def test_unusable_row_is_skipped_at_first_use_with_one_warning(self, make_store, home,
                                                                    caplog):
@@ -117,98 +114,76 @@ class TestLazyLoading:
         assert fresh.session_key == bad_key and fresh.session_id != "../../etc"
 
 
+def _row(entry: SessionEntry) -> RoutingRow:
+    return RoutingRow(entry.session_key, entry_text(entry), flags_of(entry))
+
+
 class TestEntryMap:
     KEY = "agent:main:telegram:dm:1"
 
     def _entry(self, sid: str, **flags) -> SessionEntry:
         return SessionEntry(session_key=self.KEY, session_id=sid, **flags)
 
-    def test_a_commit_during_a_lazy_parse_wins(self):
+    def test_a_commit_during_a_lazy_fetch_wins(self):
         old = self._entry("20240101_000000_aaaa0001")
         new = self._entry("20240101_000000_aaaa0002")
         entries: EntryMap
 
-        def parse(key, text):
-            entries.put(key, new, json.dumps(new.to_dict()))  # a commit lands meanwhile
-            return parse_entry(key, text)
+        def fetch(key):
+            entries.put(key, new, entry_text(new), flags_of(new))  # a commit lands meanwhile
+            return _row(old)
 
-        entries = EntryMap(parse)
-        entries.load({}, {self.KEY: json.dumps(old.to_dict())})
+        entries = EntryMap(fetch)
+        entries.load({self.KEY: None}, [])
         assert entries.get(self.KEY) == new
         assert entries.get(self.KEY) == new
 
     def test_flags_follow_commits(self):
-        entries = EntryMap(parse_entry)
+        entries = EntryMap()
         plain = self._entry("20240101_000000_aaaa0001")
-        entries.load({}, {self.KEY: json.dumps(plain.to_dict())})
+        entries.load({}, [_row(plain)])
         assert entries.flagged() == []
         marked = self._entry("20240101_000000_aaaa0001", resume_pending=True)
-        entries.put(self.KEY, marked, json.dumps(marked.to_dict()))
+        entries.put(self.KEY, marked, entry_text(marked), flags_of(marked))
         assert entries.flagged() == [marked]
-        entries.put(self.KEY, plain, json.dumps(plain.to_dict()))
+        entries.put(self.KEY, plain, entry_text(plain), flags_of(plain))
         assert entries.flagged() == []
         entries.pop(self.KEY)
         assert len(entries) == 0 and entries.get(self.KEY) is None
 
-    def test_texts_not_in_memory_are_fetched_once_on_first_use(self):
-        rows = {f"agent:main:telegram:dm:{n}": json.dumps(SessionEntry(
+    def test_rows_not_in_memory_are_fetched_once_on_first_use(self):
+        rows = {f"agent:main:telegram:dm:{n}": _row(SessionEntry(
             session_key=f"agent:main:telegram:dm:{n}",
-            session_id=f"20240101_000000_aaaa000{n}").to_dict()) for n in range(3)}
+            session_id=f"20240101_000000_aaaa000{n}")) for n in range(3)}
         fetched = []
 
         def fetch(key):
             fetched.append(key)
             return rows.get(key)
 
-        entries = EntryMap(parse_entry, fetch, lambda: list(rows.items()))
-        entries.load(dict.fromkeys([*rows, "agent:main:telegram:dm:9"]), {})
+        entries = EntryMap(fetch, lambda: list(rows.values()))
+        entries.load(dict.fromkeys([*rows, "agent:main:telegram:dm:9"]), [])
         first = "agent:main:telegram:dm:0"
         assert entries.get(first).session_id == "20240101_000000_aaaa0000"
         assert entries.get(first) is entries.get(first) and fetched == [first]
         # a key whose row vanished is forgotten
         assert entries.get("agent:main:telegram:dm:9") is None
         assert len(entries) == 3
-        # the mirror's view reads the rest in one pass, without keeping it
-        assert entries.texts() == rows and entries.parsed == 1
-        # a bulk pass fills the rest in one read, not one per key
+        # the mirror's view reads the rest in one pass, without parsing it
+        assert entries.rows() == {k: (r.entry, r.flags) for k, r in rows.items()}
+        assert entries.parsed == 1
+        # a bulk pass needs no read per key
         assert len(entries.values()) == 3 and len(fetched) == 2
 
-    def test_fill_never_overwrites_a_newer_text(self):
-        entries = EntryMap(parse_entry)
+    def test_fill_never_overwrites_a_newer_row(self):
+        entries = EntryMap()
         newer = self._entry("20240101_000000_aaaa0002")
-        entries.load(dict.fromkeys([self.KEY, "agent:main:telegram:dm:2"]), {})
-        entries.put(self.KEY, newer, json.dumps(newer.to_dict()))
-        stale = json.dumps(self._entry("20240101_000000_aaaa0001").to_dict())
-        assert entries.fill({self.KEY: stale}) == 1  # dm:2 still has no text
+        entries.load(dict.fromkeys([self.KEY, "agent:main:telegram:dm:2"]), [])
+        entries.put(self.KEY, newer, entry_text(newer), flags_of(newer))
+        stale = _row(self._entry("20240101_000000_aaaa0001"))
+        assert entries.fill([stale]) == 1  # dm:2 still has no row
         assert entries.get(self.KEY) == newer
-        assert entries.texts()[self.KEY] == json.dumps(newer.to_dict())
-
-    def test_python_rule_and_sql_index_agree(self):
-        from hermes_actors.store.backends.sqlite.schema import ROUTING_MAY_NEED_RECOVERY
-
-        plain = self._entry("20240101_000000_aaaa0001").to_dict()
-        decoy = {"active_turn_token": None, "resume_pending": False}
-        texts = [json.dumps(plain, ensure_ascii=False),
-                 json.dumps(plain, separators=(",", ":")),
-                 json.dumps({**plain, "resume_pending": True}),
-                 json.dumps({**plain, "active_turn_token": "t" * 32}),
-                 json.dumps({**plain, "metadata": decoy, "active_turn_token": "t" * 32}),
-                 json.dumps({**plain, "metadata": decoy})]
-        conn = sqlite3.connect(":memory:")
-        try:
-            in_sql = [bool(conn.execute(f"SELECT {ROUTING_MAY_NEED_RECOVERY} FROM"
-                                        " (SELECT ? AS entry)", (t,)).fetchone()[0])
-                      for t in texts]
-        finally:
-            conn.close()
-        assert in_sql == [may_need_recovery(t) for t in texts] == [
-            False, True, True, True, True, True]
-
-    def test_substring_test_is_conservative(self):
-        plain = self._entry("20240101_000000_aaaa0001").to_dict()
-        assert not may_need_recovery(json.dumps(plain, ensure_ascii=False))
-        assert may_need_recovery(json.dumps(plain, separators=(",", ":")))
-        assert may_need_recovery(json.dumps({**plain, "resume_pending": True}))
+        assert entries.rows()[self.KEY] == (entry_text(newer), flags_of(newer))
 
 
 class TestBatchedRecoveryCalls:
@@ -261,13 +236,9 @@ class TestBatchedRecoveryCalls:
         ids = [store.ledger_record(session_key=f"k{n}", platform="telegram", chat_id=str(n),
                                    thread_id=None, content="hi", kind="reply", token=f"t{n}")
                for n in range(3)]
-        me = psutil.Process(os.getpid())
-        # the first row is held by another live process (the test runner's parent)
-        parent = psutil.Process(os.getppid())
-        assert store.ledger_claim(ids[0], owner_pid=parent.pid,
-                                  owner_started_at=parent.create_time())
-        granted = store.ledger_claim_many(ids, owner_pid=me.pid,
-                                          owner_started_at=me.create_time())
+        # the first row is being sent by this very boot already: not granted again
+        assert store.ledger_claim(ids[0])
+        granted = store.ledger_claim_many(ids)
         assert granted == set(ids[1:])
         store.ledger_finish_many([(ids[1], True, None), (ids[2], False, "boom")])
         states = {r["obligation_id"]: r["state"] for r in store.ledger_rows()}

@@ -10,11 +10,17 @@ from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.timeutil import from_epoch
 from hermes_actors.store import lifecycle
 from hermes_actors.store.loader import merge_entries
+from hermes_actors.store.recovery import judge_marker
+from hermes_actors.store.routing import NO_FLAGS, RoutingRow, entry_text, flags_of
 from hermes_actors.store.transcript import normalize_message
 
 from .conftest import T0, dm
 
 KEY = "agent:main:telegram:dm:42"
+
+
+def _row(entry: SessionEntry) -> RoutingRow:
+    return RoutingRow(entry.session_key, entry_text(entry), flags_of(entry))
 
 
 def _entry(**flags) -> SessionEntry:
@@ -51,29 +57,26 @@ class TestAccessAction:
         assert new.origin == old.origin and new.is_fresh_reset
 
 
-class TestRecoveryAction:
-    """Markers are judged by epoch age; boundaries only ever lose the marker."""
+class TestMarkerAge:
+    """Markers without a reply are judged by epoch age; boundaries only ever lose the
+    marker (``judge_marker``, the one rule of recovery)."""
 
     def _marked(self, started: float, **flags) -> SessionEntry:
         return _entry(active_turn_token="t", active_turn_started_at=from_epoch(started), **flags)
 
     def test_rules(self):
-        assert lifecycle.recovery_action(_entry(), T0, 3600) is None
-        assert lifecycle.recovery_action(self._marked(T0 - 10), T0, 3600) == "resume"
-        assert lifecycle.recovery_action(self._marked(T0 - 3600), T0, 3600) == "clear"
-        assert lifecycle.recovery_action(self._marked(T0 + 60), T0, 3600) == "resume"
-        marked = self._marked(T0 - 10, suspended=True)
-        assert lifecycle.recovery_action(marked, T0, 3600) == "clear"
-        marked = self._marked(T0 - 10, expiry_finalized=True)
-        assert lifecycle.recovery_action(marked, T0, 3600) == "clear"
+        def action(entry):
+            return judge_marker(entry, None, T0, 3600).action
 
-    def test_resumed_keeps_a_pending_reason(self):
-        pending = self._marked(T0, resume_pending=True, resume_reason="shutdown_timeout")
-        assert lifecycle.resumed(pending, from_epoch(T0)).resume_reason == "shutdown_timeout"
-        stale_reason = replace(pending, resume_pending=False)
-        assert lifecycle.resumed(stale_reason, from_epoch(T0)).resume_reason == (
-            "restart_interrupted"
-        )
+        assert action(self._marked(T0 - 10)) == "resume"
+        assert action(self._marked(T0 - 3601)) == "expire"
+        assert action(self._marked(T0 + 60)) == "resume"  # a clock stepped back
+        assert action(self._marked(T0 - 10, suspended=True)) == "expire"
+        assert action(self._marked(T0 - 10, expiry_finalized=True)) == "expire"
+
+
+class TestStale:
+    """Pruning considers only entries idle since the cutoff with nothing pending."""
 
     def test_is_stale(self):
         assert lifecycle.is_stale(_entry(), T0 + 1)
@@ -89,13 +92,14 @@ class TestMerge:
         db_entry = _entry(resume_pending=True)
         mirror_entry = _entry().to_dict()
         other = replace(_entry(), session_key=KEY + "0").to_dict()
-        result = merge_entries([(KEY, db_entry.to_dict())], {KEY: mirror_entry, KEY + "0": other})
+        result = merge_entries([_row(db_entry)], {KEY: mirror_entry, KEY + "0": other})
         assert result.entries[KEY].resume_pending and result.from_mirror == [KEY + "0"]
-        won = merge_entries([(KEY, db_entry.to_dict())], {KEY: mirror_entry}, mirror_wins=True)
+        won = merge_entries([_row(db_entry)], {KEY: mirror_entry}, mirror_wins=True)
         assert not won.entries[KEY].resume_pending and won.from_mirror == [KEY]
 
     def test_key_mismatch_and_bad_json_are_skipped(self):
-        result = merge_entries([("agent:x", "{not json"), (KEY + "1", _entry().to_dict())], {})
+        result = merge_entries([RoutingRow("agent:x", "{not json", NO_FLAGS),
+                                RoutingRow(KEY + "1", entry_text(_entry()), NO_FLAGS)], {})
         assert result.entries == {} and [k for k, _ in result.skipped] == ["agent:x", KEY + "1"]
 
 

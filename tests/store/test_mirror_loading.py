@@ -89,7 +89,7 @@ class TestMirrorFile:
     def test_timer_writes_the_mirror(self, make_store, home):
         store = make_store(mirror_interval=0.01)
         entry = store.get_or_create_session(dm())
-        assert store._mirror.wait_clean(timeout=30)
+        assert store._core._mirror.wait_clean(timeout=30)
         assert entry.session_key in _mirror(home)
 
 
@@ -117,7 +117,7 @@ class TestLoading:
             hits = [r for r in caplog.records if "skipping session entry" in r.getMessage()
                     and bad in r.getMessage()]  # fmt: skip
             assert len(hits) == 1, bad
-        assert dict(store.db.load_routing()).keys() == {"agent:main:telegram:dm:1"}
+        assert {r.session_key for r in store.db.routing_rows()} == {"agent:main:telegram:dm:1"}
 
     def test_corrupt_mirror_is_kept_aside_and_ignored(self, make_store, home, caplog):
         (home / "sessions").mkdir()
@@ -148,7 +148,7 @@ class TestLoading:
         again = make_store()
         assert {e.session_key for e in again.list_sessions()} == {e.session_key for e in entries}
         assert again.get(entries[0].session_key).resume_reason == "restart_timeout"
-        assert len(again.db.load_routing()) == 3
+        assert len(again.db.routing_rows()) == 3
 
     def test_database_wins_over_a_stale_mirror(self, make_store, home):
         store = make_store()

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 import threading
 
-import psutil
 import pytest
 
 from hermes_actors.errors import StoreError
@@ -15,7 +12,7 @@ from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
 from hermes_actors.store.ops import LedgerRecord
-from hermes_actors.store.runtime_api import SessionExistsError
+from hermes_actors.store.turns import SessionExistsError
 
 from .conftest import T0, dm
 
@@ -102,7 +99,7 @@ class TestBeginTurn:
                              user_message={"role": "user", "content": "hello"},
                              event_ids=[event.event_id])  # fmt: skip
         assert store.get(entry.session_key).active_turn_token is None
-        stored = json.loads(dict(store.db.load_routing())[entry.session_key])
+        [stored] = [r for r in store.rows("routing") if r["session_key"] == entry.session_key]
         assert stored["active_turn_token"] is None
         assert store.load_transcript(entry.session_id) == []
         assert len(store.pending_inbox()) == 1
@@ -157,7 +154,7 @@ class TestBeginFirstTurn:
         with pytest.raises(StoreError):
             store.begin_first_turn(key, dm(), user_message={"role": "user", "content": "hi"},
                                    event_ids=[event.event_id])
-        assert store.get(key) is None and key not in dict(store.db.load_routing())
+        assert store.get(key) is None and key not in store.db.routing_keys()
         assert _sql(store, "SELECT count(*) FROM sessions") == [(0,)]
         assert _sql(store, "SELECT count(*) FROM messages") == [(0,)]
         assert len(store.pending_inbox()) == 1
@@ -231,9 +228,6 @@ def _record(store, content: str = "reply text", token: str = "t1", kind: str = "
                                token=token)  # fmt: skip
 
 
-ME = (os.getpid(), psutil.Process().create_time())
-
-
 class TestLedger:
     """Obligations move pending → attempting → delivered/failed/abandoned, one row each."""
 
@@ -254,8 +248,8 @@ class TestLedger:
             "kind",
             "state",
             "attempts",
-            "owner_pid",
-            "owner_started_at",
+            "owner_node",
+            "owner_boot",
             "created_at",
             "updated_at",
             "last_error",
@@ -263,45 +257,42 @@ class TestLedger:
 
     def test_happy_path(self, store, clock):
         oid = _record(store)
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_claim(oid)
         row = store.ledger_rows("attempting")[0]
-        assert (row["attempts"], row["owner_pid"]) == (1, ME[0])
+        assert (row["attempts"], row["owner_node"], row["owner_boot"]) == (
+            1, *store.ledger_owner)
         clock.advance(1)
         assert store.ledger_finish(oid, "delivered") == "delivered"
-        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert not store.ledger_claim(oid)
         assert store.ledger_rows(["delivered"])[0]["updated_at"] == T0 + 1
 
-    def test_live_owner_is_never_claimed_by_another(self, store):
+    def test_a_boot_never_claims_what_it_is_sending(self, store):
         oid = _record(store)
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
-        assert not store.ledger_claim(oid, owner_pid=ME[0] + 1, owner_started_at=ME[1])
-        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_claim(oid)
+        assert not store.ledger_claim(oid)
+        assert store.ledger_rows()[0]["attempts"] == 1
 
-    def test_recycled_pid_does_not_keep_a_dead_owner_alive(self, store):
+    def test_an_earlier_boots_attempt_is_claimable(self, store):
         oid = _record(store)
-        earlier_process_same_pid = ME[1] - 1000
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=earlier_process_same_pid)
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
-
-    def test_dead_owner_attempting_row_is_claimable(self, store):
-        oid = _record(store)
-        assert store.ledger_claim(oid, owner_pid=2**22 + 12345, owner_started_at=1.0)
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        node, _ = store.ledger_owner
+        assert store.ledger_claim(oid, owner=(node, "an earlier boot"))  # then it crashed
+        assert store.ledger_claim(oid)
         assert store.ledger_rows()[0]["attempts"] == 2
+        assert store.ledger_rows()[0]["owner_boot"] == store.boot_id
 
     def test_abandoned_after_three_attempts(self, store):
         oid = _record(store)
         for attempt in (1, 2):
-            assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+            assert store.ledger_claim(oid)
             assert store.ledger_finish(oid, "failed", error=f"boom {attempt}") == "failed"
-        assert store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert store.ledger_claim(oid)
         assert store.ledger_finish(oid, "failed", error="boom 3") == "abandoned"
         assert store.ledger_rows()[0]["last_error"] == "boom 3"
-        assert not store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        assert not store.ledger_claim(oid)
 
     def test_abandoned_after_a_day(self, store, clock):
         oid = _record(store)
-        store.ledger_claim(oid, owner_pid=ME[0], owner_started_at=ME[1])
+        store.ledger_claim(oid)
         clock.advance(25 * HOUR)
         assert store.ledger_finish(oid, "failed") == "abandoned"
 
@@ -310,7 +301,7 @@ class TestLedger:
         _record(store, "b", kind="notice")
         assert [r["obligation_id"] for r in store.ledger_rows("pending")] != []
         assert store.ledger_rows(session_key="other") == []
-        assert not store.ledger_claim("0" * 24, owner_pid=ME[0], owner_started_at=ME[1])
+        assert not store.ledger_claim("0" * 24)
         assert store.ledger_finish("0" * 24, "delivered") is None
         with pytest.raises(ValueError):
             store.ledger_finish(a, "attempting")
@@ -319,7 +310,7 @@ class TestLedger:
 
     def test_prune_final_rows_after_a_week(self, store, clock):
         delivered, pending = _record(store, "a"), _record(store, "b")
-        store.ledger_claim(delivered, owner_pid=ME[0], owner_started_at=ME[1])
+        store.ledger_claim(delivered)
         store.ledger_finish(delivered, "delivered")
         clock.advance(6 * 24 * HOUR)
         assert store.ledger_prune() == 0
@@ -332,17 +323,14 @@ class TestLedgerRules:
     """The pure claim/finish rules."""
 
     def test_claim_rules(self):
-        alive = lambda pid, started: True  # noqa: E731
-        dead = lambda pid, started: False  # noqa: E731
-        me = {"claimer_pid": 1, "claimer_started_at": 10.0}
-        assert claim_allowed("pending", None, None, **me, is_alive=alive)
-        assert not claim_allowed("attempting", 2, 5.0, **me, is_alive=alive)
-        assert claim_allowed("attempting", 2, 5.0, **me, is_alive=dead)
-        assert not claim_allowed("attempting", 1, 10.0, **me, is_alive=alive)
-        assert claim_allowed("failed", 1, 10.0, **me, is_alive=alive)
-        assert not claim_allowed("failed", 2, 5.0, **me, is_alive=alive)
+        me = {"claimer_node": "n1", "claimer_boot": "b2"}
+        assert claim_allowed("pending", None, None, **me)
+        assert claim_allowed("attempting", "n1", "b1", **me)  # an earlier boot: gone
+        assert not claim_allowed("attempting", "n1", "b2", **me)  # this boot sends it now
+        assert claim_allowed("failed", "n1", "b2", **me)  # a retry of its own failure
+        assert claim_allowed("failed", "n1", "b1", **me)
         for final in ("delivered", "abandoned"):
-            assert not claim_allowed(final, None, None, **me, is_alive=dead)
+            assert not claim_allowed(final, None, None, **me)
 
     def test_finish_rules(self):
         assert finish_state("failed", attempts=2, created_at=0, now=10) == "failed"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.timeutil import from_epoch
 from hermes_actors.store import SessionDB
 from hermes_actors.store.ops import CreateSession, PutRouting
+from hermes_actors.store.routing import entry_text, flags_of
 
 from .conftest import T0, dm
 
@@ -23,7 +22,7 @@ def _seed(home, count: int) -> None:
             updated_at=from_epoch(T0),
         )
         ops.append(CreateSession(entry.session_id, entry.session_key, None, T0))
-        ops.append(PutRouting(entry.session_key, json.dumps(entry.to_dict()), T0))
+        ops.append(PutRouting(entry.session_key, entry_text(entry), *flags_of(entry)))
     db = SessionDB(home / "state.db")
     db.apply(ops)
     db.close()

@@ -41,7 +41,7 @@ PRELUDE = textwrap.dedent(
 
     def ops(n):
         key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"
-        return [CreateSession(sid, key, None, 1.0), PutRouting(key, "{}", 1.0)]
+        return [CreateSession(sid, key, None, 1.0), PutRouting(key, "{}", None, None, False, False, False, 1.0)]
 
     db = SessionDB(sys.argv[1])
     assert db.writer == "process" and db.writer_pid, db.writer

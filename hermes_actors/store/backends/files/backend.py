@@ -1,24 +1,41 @@
-"""``DegradedBackend``: keeps the gateway serving when ``state.db`` cannot be used (§5).
+"""``FilesBackend``: the store on plain files, when the database cannot be used (§5).
 
-Routing lives in ``sessions.json`` (the store writes it on every change), transcripts are
-appended to ``<session_id>.jsonl``, and the durable inbox and delivery ledger are kept in
-memory: they follow the same rules as on SQLite but do not survive a crash, which is logged
-once. When the store switched here after a write failure, the old database (if it can still
-be read) keeps answering transcript reads, so earlier history stays visible.
+Degraded mode: routing lives in ``sessions.json`` (written after every change, marked with
+``_degraded_since`` so the next start with a working database knows it is newer),
+transcripts are appended to ``<session_id>.jsonl`` (fsync'ed per write), the node's state
+in the home's files (:mod:`~hermes_actors.store.backends.files.node_files`), and the inbox,
+delivery ledger and outbox in memory (:mod:`~hermes_actors.store.backends.files.memory`):
+those follow the same rules as on a database but do not survive a crash, which is logged
+once. When the store switched here after a failure, the old database (``previous``, if it
+can still be read) keeps answering transcript reads, so earlier history stays visible.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import ledger
+from hermes_actors.model.ids import new_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
+from hermes_actors.store.backends.files.memory import MemoryInbox, MemoryLedger, MemoryOutbox
+from hermes_actors.store.backends.files.mirror import (
+    MIRROR_NAME,
+    MirrorWriter,
+    read_mirror,
+    render_mirror_rows,
+)
+from hermes_actors.store.backends.files.node_files import (
+    read_home_files,
+    read_node_id_file,
+    write_home_file,
+    write_node_id_file,
+)
 from hermes_actors.store.ops import (
-    OUTBOX_OPS,
     AcceptEvent,
     AddTokens,
     AppendMessage,
@@ -30,50 +47,106 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    NodeValue,
     Op,
+    OutboxAppend,
+    OutboxPrune,
     PruneInbox,
     PutRouting,
+    SetRoutingFlags,
     WithdrawEvent,
 )
-from hermes_actors.store.outbox import MemoryOutbox
+from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, Backend
+from hermes_actors.store.routing import (
+    FLAG_FIELDS,
+    RoutingFlags,
+    RoutingRow,
+    flags_from_data,
+    is_prunable,
+    needs_recovery,
+)
 from hermes_actors.store.transcript import reply_after_marker
 
-__all__ = ["DegradedBackend"]
+__all__ = ["FilesBackend"]
 
 log = logging.getLogger(__name__)
 
-_COLUMNS = (
-    "obligation_id", "session_key", "platform", "chat_id", "thread_id", "content", "kind",
-    "state", "attempts", "owner_pid", "owner_started_at", "created_at", "updated_at",
-    "last_error", "in_reply_to",
-)  # fmt: skip
+_INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
+_LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerFinish, LedgerPrune)
+_NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage)
 
 
-class DegradedBackend:
-    """The :class:`~hermes_actors.store.ops.Backend` used without a working SQLite database."""
+def _row_from_data(key: str, data: dict[str, Any]) -> RoutingRow:
+    rest = {k: v for k, v in data.items() if k not in FLAG_FIELDS}
+    return RoutingRow(key, to_json(rest), flags_from_data(data))
 
-    def __init__(self, transcripts: JsonlTranscripts, previous: Any = None) -> None:
+
+class FilesBackend:
+    """The :class:`~hermes_actors.store.protocol.Backend` on files (see the module doc).
+
+    ``home`` is the gateway's home (``<home>/sessions`` holds ``sessions.json``);
+    ``transcripts`` the JSONL transcript directory. ``rows`` seeds the routing (a switch
+    from a failed database hands over every row); without them, ``sessions.json`` is read.
+    ``node_id`` is the node's id when the caller knows it (else ``<home>/node_id``).
+    ``since`` is when degraded mode began (ISO time, written as ``_degraded_since``).
+    """
+
+    #: The backend's kind (``Backend.kind``): the only degraded one.
+    kind = "files"
+
+    def __init__(self, home: str | Path, transcripts: JsonlTranscripts, *,
+                 previous: Backend | None = None, node_id: str | None = None,
+                 rows: list[RoutingRow] | None = None, since: str | None = None) -> None:
+        self._home = Path(home)
         self._transcripts = transcripts
         self._previous = previous
         self._lock = threading.Lock()
-        self._inbox: dict[str, dict[str, Any]] = {}
-        #: Ingress key → the event id holding it (``AcceptEvent``).
-        self._ingress: dict[str, str] = {}
-        self._seq = 0
-        self._ledger: dict[str, dict[str, Any]] = {}
-        self._warned_volatile = False
+        self._since = since
+        self._routing: dict[str, tuple[str, RoutingFlags]] = {}
+        path = transcripts.directory / MIRROR_NAME
+        if rows is None:
+            mirror = read_mirror(path, now=0.0)
+            self._since = mirror.degraded_since or since
+            for key, data in mirror.entries.items():
+                if isinstance(data, dict):
+                    row = _row_from_data(str(key), data)
+                    self._routing[row.session_key] = (row.entry, row.flags)
+        else:
+            self._routing = {row.session_key: (row.entry, row.flags) for row in rows}
+        self._mirror = MirrorWriter(path, self._mirror_document, interval=None)
+        if rows is not None:
+            self._mirror.mark_dirty()  # sessions.json is canonical from now on
+            self._mirror.flush()
+        self._node_id = node_id or read_node_id_file(self._home) or self._new_node_id()
+        self._inbox = MemoryInbox()
+        self._ledger = MemoryLedger()
         self._outbox = MemoryOutbox()
+        self._warned_volatile = False
+
+    def _new_node_id(self) -> str:
+        node = new_id()
+        try:
+            write_node_id_file(self._home, node)
+        except OSError as exc:
+            log.warning("cannot keep the node id in %s (%s)", self._home, exc)
+        return node
+
+    def _mirror_document(self) -> str:
+        with self._lock:
+            rows = dict(self._routing)
+        return render_mirror_rows(rows, self._since)
 
     def _volatile(self) -> None:
         if not self._warned_volatile:
             self._warned_volatile = True
-            log.warning(
-                "degraded mode: the inbox and delivery ledger are kept in memory only and "
-                "are not crash-safe until state.db works again"
-            )
+            log.warning("degraded mode: the inbox, delivery ledger and outbox are kept in "
+                        "memory only and are not crash-safe until the database works again")
+
+    # -- writes -----------------------------------------------------------------------------
 
     def apply(self, ops: list[Op]) -> list[Any]:
-        """Apply ``ops``: transcript lines are written first (the only I/O), then memory."""
+        """Apply ``ops``: transcript lines and node files are written first (the I/O), then
+        memory; ``sessions.json`` is rewritten when routing changed."""
         appends: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             if isinstance(op, AppendMessage):
@@ -86,117 +159,94 @@ class DegradedBackend:
         try:
             for session_id, records in appends.items():
                 self._transcripts.append(session_id, records)
+            for op in ops:
+                if isinstance(op, NodeValue):
+                    write_home_file(self._home, op.name, op.value)
         except OSError as exc:
-            raise StoreError(f"cannot append to the transcript file: {exc}") from exc
+            raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         with self._lock:
-            return [self._apply_one(op) for op in ops]
+            results = [self._apply_one(op) for op in ops]
+        if any(isinstance(op, (PutRouting, SetRoutingFlags, DeleteRouting)) for op in ops):
+            self._mirror.mark_dirty()
+            self._mirror.flush()
+        return results
 
     def _apply_one(self, op: Op) -> Any:
-        if isinstance(op, (CreateSession, EndSession, PutRouting, DeleteRouting, AddTokens)):
-            return None  # routing is the store's sessions.json; no sessions table here
-        if isinstance(op, AppendMessage):
+        if isinstance(op, PutRouting):
+            self._routing[op.session_key] = (op.entry, RoutingFlags(
+                op.active_turn_token, op.active_turn_started_at, op.active_turn_internal,
+                op.resume_pending, op.suspended, op.updated_at))
             return None
-        if isinstance(op, OUTBOX_OPS):
-            return self._outbox.apply(op)
-        if isinstance(op, (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)):
-            return self._inbox_op(op)
-        return self._ledger_op(op)
-
-    def _inbox_op(self, op: Op) -> Any:
-        self._volatile()
-        if isinstance(op, AcceptEvent):
-            holder = self._ingress.get(op.ingress_key) if op.ingress_key else None
-            if holder is not None and holder in self._inbox:
-                return holder
-            if op.event_id not in self._inbox:
-                self._seq += 1
-                self._inbox[op.event_id] = {
-                    "seq": self._seq, "session_key": op.session_key, "payload": op.payload,
-                    "consumed_at": None, "consumed_reason": None,
-                    "ingress_key": op.ingress_key,
-                }  # fmt: skip
-                if op.ingress_key:
-                    self._ingress[op.ingress_key] = op.event_id
-            return op.event_id
-        if isinstance(op, WithdrawEvent):
-            row = self._inbox.get(op.event_id)
-            if row is None or row["consumed_at"] is not None:
+        if isinstance(op, SetRoutingFlags):
+            stored = self._routing.get(op.session_key)
+            if stored is None:
                 return 0
-            self._forget(op.event_id)
+            self._routing[op.session_key] = (stored[0], RoutingFlags(
+                op.active_turn_token, op.active_turn_started_at, op.active_turn_internal,
+                op.resume_pending, op.suspended, op.updated_at))
             return 1
-        if isinstance(op, ConsumeEvents):
-            count = 0
-            for event_id in op.event_ids:
-                row = self._inbox.get(event_id)
-                if row is not None and row["consumed_at"] is None:
-                    row["consumed_at"], row["consumed_reason"] = op.at, op.reason
-                    count += 1
-            return count
-        assert isinstance(op, PruneInbox)
-        old = [
-            k for k, r in self._inbox.items()
-            if r["consumed_at"] is not None and r["consumed_at"] < op.before
-        ]  # fmt: skip
-        for key in old:
-            self._forget(key)
-        return len(old)
-
-    def _forget(self, event_id: str) -> None:
-        row = self._inbox.pop(event_id)
-        if row["ingress_key"]:
-            self._ingress.pop(row["ingress_key"], None)
-
-    def _ledger_op(self, op: Op) -> Any:
+        if isinstance(op, DeleteRouting):
+            return sum(self._routing.pop(key, None) is not None for key in op.session_keys)
+        if isinstance(op, (*_NO_TABLE, NodeValue)):
+            return None  # no sessions table here; transcripts and node files are written
         self._volatile()
-        if isinstance(op, LedgerRecord):
-            if op.obligation_id not in self._ledger:
-                row = dict.fromkeys(_COLUMNS)
-                row.update(
-                    obligation_id=op.obligation_id, session_key=op.session_key,
-                    platform=op.platform, chat_id=op.chat_id, thread_id=op.thread_id,
-                    content=op.content, kind=op.kind, state="pending", attempts=0,
-                    created_at=op.at, updated_at=op.at, in_reply_to=op.in_reply_to,
-                )  # fmt: skip
-                self._ledger[op.obligation_id] = row
-            return None
-        if isinstance(op, LedgerClaim):
-            row = self._ledger.get(op.obligation_id)
-            if row is None or not ledger.claim_allowed(
-                row["state"], row["owner_pid"], row["owner_started_at"],
-                claimer_pid=op.owner_pid, claimer_started_at=op.owner_started_at,
-            ):  # fmt: skip
-                return False
-            row.update(
-                state="attempting",
-                attempts=row["attempts"] + 1,
-                owner_pid=op.owner_pid,
-                owner_started_at=op.owner_started_at,
-                updated_at=op.at,
-            )
-            return True
-        if isinstance(op, LedgerFinish):
-            row = self._ledger.get(op.obligation_id)
-            if row is None:
-                return None
-            state = ledger.finish_state(
-                op.state, attempts=row["attempts"], created_at=row["created_at"], now=op.at
-            )
-            row.update(state=state, last_error=op.error, updated_at=op.at)
-            return state
-        assert isinstance(op, LedgerPrune)
-        old = [
-            k for k, r in self._ledger.items()
-            if r["state"] in ledger.FINAL_STATES and r["updated_at"] < op.before
-        ]  # fmt: skip
-        for key in old:
-            del self._ledger[key]
-        return len(old)
+        if isinstance(op, _INBOX_OPS):
+            return self._inbox.apply(op)
+        if isinstance(op, _LEDGER_OPS):
+            return self._ledger.apply(op)
+        assert isinstance(op, (OutboxAppend, OutboxPrune))
+        return self._outbox.apply(op)
 
-    # -- reads ------------------------------------------------------------------------------
+    def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
+        """:meth:`apply`, then ``callback(ok, results_or_error)`` (nothing to wait for)."""
+        try:
+            value, ok = self.apply(ops), True
+        except Exception as exc:  # noqa: BLE001 - reported to the callback
+            value, ok = exc, False
+        callback(ok, value)
 
-    def load_routing(self) -> list[tuple[str, str]]:
-        """Nothing: in degraded mode routing is read from ``sessions.json`` by the store."""
-        return []
+    # -- identity ---------------------------------------------------------------------------
+
+    def node_id(self) -> str:
+        """The node's id (kept in ``<home>/node_id``)."""
+        return self._node_id
+
+    def node_values(self, node_id: str) -> dict[str, str]:
+        """The node's state values, read from the home's files (one node per home)."""
+        return read_home_files(self._home) if node_id == self._node_id else {}
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _rows(self, keep: Callable[[RoutingFlags], bool] = lambda flags: True
+              ) -> list[RoutingRow]:
+        with self._lock:
+            return [RoutingRow(key, text, flags) for key, (text, flags) in self._routing.items()
+                    if keep(flags)]
+
+    def routing_keys(self) -> dict[str, None]:
+        """Every routing key."""
+        with self._lock:
+            return dict.fromkeys(self._routing)
+
+    def routing_rows(self) -> list[RoutingRow]:
+        """Every routing row."""
+        return self._rows()
+
+    def routing_row(self, session_key: str) -> RoutingRow | None:
+        """One routing row, or ``None``."""
+        with self._lock:
+            stored = self._routing.get(session_key)
+        return RoutingRow(session_key, *stored) if stored is not None else None
+
+    def routing_flagged(self) -> list[RoutingRow]:
+        """Rows with a turn marker or a pending resume."""
+        return self._rows(needs_recovery)
+
+    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
+        """Pruning's candidates (``routing.is_prunable``)."""
+        return self._rows(lambda flags: is_prunable(flags, cutoff))
+
+    # -- transcripts ------------------------------------------------------------------------
 
     def _previous_messages(self, session_id: str) -> list[dict[str, Any]]:
         if self._previous is None:
@@ -217,59 +267,82 @@ class DegradedBackend:
         """How many transcript messages ``session_id`` has (old database and JSONL)."""
         return len(self.load_messages(session_id))
 
-    def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
-        """The turn's final reply from the JSONL file, else from the old database."""
-        found = self._transcripts.turn_reply(session_id, token)
-        if found is None and self._previous is not None:
-            try:
-                found = self._previous.turn_reply(session_id, token)
-            except StoreError:
-                found = None
-        return found
-
     def turn_replies(self, turns: list[tuple[str, str, float | None]]
                      ) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` for each turn with a reply: its final reply
-        line, else a reply the transcript ends with (``transcript.reply_after_marker``)."""
+        """Each turn's final reply line, else a reply the transcript ends with; the old
+        database answers for transcripts without JSONL lines."""
         found = {}
         for sid, token, started in turns:
-            row = self.turn_reply(sid, token)
-            if row is not None:
-                found[(sid, token)] = row["content"]
-                continue
             records = self._transcripts.records(sid)
-            if records:
+            reply = next((r["content"] for r in reversed(records)
+                          if r.get("turn_token") == token and r.get("is_reply")), None)
+            if reply is None and records:
                 reply = reply_after_marker(records[-1], token, started)
-            elif self._previous is not None:
+            if reply is None and not records and self._previous is not None:
                 try:
                     reply = self._previous.turn_replies([(sid, token, started)]).get(
                         (sid, token))
                 except StoreError:
                     reply = None
-            else:
-                reply = None
             if reply is not None:
                 found[(sid, token)] = reply
         return found
 
+    # -- inbox, ledger, outbox --------------------------------------------------------------
+
     def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
         """Unconsumed in-memory inbox events in arrival order."""
         with self._lock:
-            rows = sorted(self._inbox.values(), key=lambda r: r["seq"])
-            pending = [(r["session_key"], r["payload"]) for r in rows if r["consumed_at"] is None]
-        return [(key, json.loads(payload)) for key, payload in pending]
+            return self._inbox.pending()
 
-    def ledger_rows(
-        self, states: tuple[str, ...] | None = None, session_key: str | None = None
-    ) -> list[dict[str, Any]]:
+    def ledger_rows(self, states: tuple[str, ...] | None = None,
+                    session_key: str | None = None) -> list[dict[str, Any]]:
         """In-memory ledger rows, oldest first, optionally filtered."""
         with self._lock:
-            rows = [
-                dict(r) for r in self._ledger.values()
-                if (states is None or r["state"] in states)
-                and (session_key is None or r["session_key"] == session_key)
-            ]  # fmt: skip
-        return sorted(rows, key=lambda r: (r["created_at"], r["obligation_id"]))
+            return self._ledger.select(states, session_key)
+
+    def ledger_counts(self) -> dict[str, int]:
+        """In-memory ledger rows per state."""
+        with self._lock:
+            return self._ledger.counts()
+
+    def outbox_read(self, platform: str, chat_id: str | None, after: int,
+                    limit: int) -> list[dict[str, Any]]:
+        """One chat's in-memory outbox rows after ``after``."""
+        with self._lock:
+            return self._outbox.read(platform, chat_id, after, limit)
+
+    def outbox_head(self) -> int:
+        """The highest outbox cursor so far."""
+        with self._lock:
+            return self._outbox.head()
+
+    # -- diagnostics and lifecycle ----------------------------------------------------------
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a diagnostic table, as this backend keeps it."""
+        if table not in DIAGNOSTIC_TABLES:
+            raise ValueError(f"not a diagnostic table: {table!r}")
+        with self._lock:
+            if table == "routing":
+                return [{"session_key": k, "entry": text, **flags._asdict()}
+                        for k, (text, flags) in self._routing.items()]
+            if table == "inbox":
+                return sorted((dict(r) for r in self._inbox.rows.values()),
+                              key=lambda r: r["seq"])
+            if table == "deliveries":
+                return self._ledger.select(None, None)
+            if table == "outbox":
+                return [dict(r) for r in self._outbox.rows]
+        if table == "messages":
+            return [{"session_id": sid, **m} for sid in self._transcripts.session_ids()
+                    for m in self._transcripts.records(sid)]
+        if table == "node_state":
+            return [{"node_id": self._node_id, "name": name, "value": value}
+                    for name, value in sorted(read_home_files(self._home).items())]
+        return []  # no sessions table on files
 
     def close(self) -> None:
-        """Nothing to release (the store closes any database it opened)."""
+        """Write ``sessions.json`` if a write is still owed (the store closes any database
+        it opened)."""
+        self._mirror.close(flush=True)

@@ -4,7 +4,7 @@ With SQLite the mirror is a convenience, so writes are *coalesced*: a change onl
 dirty and a background timer (or ``flush()``/``close()``) writes the whole file at most once
 per interval. Rewriting it on every change would make the cost of one change grow with the
 number of sessions, which is what the reference gateway did. In degraded mode the mirror is
-the routing store, and the store flushes it after every change.
+the routing store, and the files backend writes it after every change.
 
 The file is one JSON object: ``"_README"`` first, then ``session_key -> entry``. A
 ``"_degraded_since"`` key marks a mirror written while ``state.db`` was unusable; the next
@@ -20,13 +20,14 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermes_actors._green import off_the_hub
 from hermes_actors.store.backends.files.atomic import atomic_write_bytes, atomic_write_json
+from hermes_actors.store.routing import RoutingFlags, full_entry_text
 
 #: A JSON string literal of ``str`` (as ``json.dumps(..., ensure_ascii=False)``, faster).
 _quote = encode_basestring
@@ -39,6 +40,7 @@ __all__ = [
     "MirrorWriter",
     "read_mirror",
     "render_mirror",
+    "render_mirror_rows",
     "render_mirror_text",
 ]
 
@@ -116,6 +118,12 @@ def render_mirror(rows: dict[str, Any], degraded_since: str | None = None) -> di
     return doc
 
 
+def render_mirror_rows(rows: Mapping[str, tuple[str, RoutingFlags]],
+                       degraded_since: str | None = None) -> str:
+    """:func:`render_mirror_text` of stored routing rows (``key -> (text, flags)``): each
+    whole entry assembled from its stored text and flag columns."""
+    return render_mirror_text({key: full_entry_text(text, flags)
+                               for key, (text, flags) in rows.items()}, degraded_since)
 
 
 def render_mirror_text(rows: dict[str, str], degraded_since: str | None = None) -> str:

@@ -42,17 +42,34 @@ import peewee as pw
 
 from hermes_actors._green import gevent_threading_patched
 from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.model.ids import new_id
+from hermes_actors.store.backends.files.node_files import (
+    read_home_files,
+    read_node_id_file,
+    remove_home_files,
+)
 from hermes_actors.store.backends.sqlite import fts
 from hermes_actors.store.backends.sqlite.checkpointer import FALLBACK_PAGES
 from hermes_actors.store.backends.sqlite.executor import DbExecutor, ExecutorStatistics
 from hermes_actors.store.backends.sqlite.operations import SqliteOps
 from hermes_actors.store.backends.sqlite.schema import (
-    ROUTING_MAY_NEED_RECOVERY,
+    FLAGS_SCHEMA,
+    ROUTING_FLAGGED,
+    SCHEMA_VERSION,
     bind_models,
     migrate,
     repair_canonical_tables,
 )
 from hermes_actors.store.ops import Op
+from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
+from hermes_actors.store.routing import (
+    NO_FLAGS,
+    RoutingFlags,
+    RoutingRow,
+    flags_from_data,
+    is_prunable,
+    needs_recovery,
+)
 from hermes_actors.store.transcript import public_message, reply_after_marker
 
 __all__ = [
@@ -132,6 +149,13 @@ def _pick_writer(asked: str | None) -> str:
     return choice
 
 
+#: The routing columns in :class:`RoutingRow` order.
+_ROUTING_SELECT = (
+    "SELECT session_key, entry, active_turn_token, active_turn_started_at,"
+    ' active_turn_internal, resume_pending, suspended, updated_at FROM "routing"'
+)
+
+
 class SessionDB:
     """The canonical session database at ``path`` (created with its schema when missing).
 
@@ -146,6 +170,9 @@ class SessionDB:
     patched ``threading`` and ``"thread"`` otherwise. ``"inline"`` runs every call in the
     caller's own thread, for a process with a single thread (the writer process itself).
     """
+
+    #: The backend's kind (``Backend.kind``).
+    kind = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
                  writer: str | None = None) -> None:
@@ -222,9 +249,16 @@ class SessionDB:
                 version = self._database.execute_sql("PRAGMA user_version").fetchone()[0]
                 if version < 1:
                     raise StoreUnavailableError(f"{self.path} is not a hermes_actors database")
+                self._schema = version
             else:
                 migrate(self._database)
                 repair_canonical_tables(self._database)
+                self._schema = SCHEMA_VERSION
+            self._node_id = self._read_node_id() or ""
+            if not self.read_only and not self._node_id:
+                self._node_id = self._create_node_id()
+            if not self.read_only and self.writer != "inline":
+                self._import_home_files()
         except pw.PeeweeException as exc:
             self._database.close()
             raise StoreUnavailableError(f"cannot open {self.path}: {exc}") from None
@@ -233,6 +267,39 @@ class SessionDB:
             raise
         self._models = bind_models(self._database)
         self._ops = SqliteOps(self._database, self._models)
+
+    def _read_node_id(self) -> str | None:
+        if self._schema < FLAGS_SCHEMA:
+            return None
+        row = self._database.execute_sql(
+            "SELECT value FROM meta WHERE name = 'node_id'").fetchone()
+        return row[0] if row else None
+
+    def _create_node_id(self) -> str:
+        """A new node id for this home: the one a degraded start left in ``<home>/node_id``
+        if any (so the node keeps its name), else a fresh one."""
+        node = read_node_id_file(self.path.parent) or new_id()
+        with self._database.atomic():
+            self._database.execute_sql(
+                "INSERT INTO meta (name, value) VALUES ('node_id', ?)"
+                " ON CONFLICT (name) DO NOTHING", (node,))
+        return self._read_node_id() or node
+
+    def _import_home_files(self) -> None:
+        """The node state a files backend (degraded mode, or a build before the state moved
+        into the database) left in the home: imported into ``node_state``, then removed.
+        Idempotent: a crash between the commit and the removal imports the same again."""
+        found = read_home_files(self.path.parent)
+        if not found:
+            return
+        with self._database.atomic():
+            for name, value in found.items():
+                self._database.execute_sql(
+                    "INSERT INTO node_state (node_id, name, value) VALUES (?, ?, ?)"
+                    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value",
+                    (self._node_id, name, value))
+        remove_home_files(self.path.parent, found)
+        log.info("imported %s from the home into %s", ", ".join(sorted(found)), self.path.name)
 
     def close(self) -> None:
         """Close the connection and stop the worker (idempotent)."""
@@ -374,38 +441,69 @@ class SessionDB:
 
         return self._run(guarded)
 
-    def load_routing(self) -> list[tuple[str, str]]:
-        """Every routing row as ``(session_key, entry JSON text)``."""
-        # raw: peewee's row iteration costs more than the read itself at 100,000 rows
-        return self._read(lambda: self._database.execute_sql(
-            'SELECT session_key, entry FROM "routing"').fetchall())
+    # routing: flags are columns (see :mod:`hermes_actors.store.routing`)
 
-    def load_routing_keys(self) -> dict[str, None]:
+    def _routing(self, where: str = "", params: tuple = (),
+                 keep: Callable[[RoutingRow], bool] = lambda row: True) -> list[RoutingRow]:
+        """Routing rows ``WHERE where``; ``keep`` is the same test in Python, for a database
+        opened read-only before its flags became columns (they are then in the text)."""
+        if self._schema < FLAGS_SCHEMA:
+            return [row for row in self._text_flag_rows() if keep(row)]
+        # raw: peewee's row iteration costs more than the read itself at 100,000 rows
+        rows = self._database.execute_sql(_ROUTING_SELECT + where, params).fetchall()
+        return [RoutingRow(key, text, RoutingFlags(token, started, bool(internal),
+                                                   bool(resume), bool(suspended), updated))
+                for key, text, token, started, internal, resume, suspended, updated in rows]
+
+    def _text_flag_rows(self) -> list[RoutingRow]:
+        out = []
+        for key, text in self._database.execute_sql('SELECT session_key, entry FROM "routing"'):
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            out.append(RoutingRow(key, text,
+                                  flags_from_data(data) if isinstance(data, dict) else NO_FLAGS))
+        return out
+
+    def routing_keys(self) -> dict[str, None]:
         """Every routing key, as an ordered set (``dict`` with ``None`` values), read from
         the key index without the entries' text."""
         return self._read(lambda: dict.fromkeys(key for (key,) in self._database.execute_sql(
             'SELECT session_key FROM "routing"')))
 
-    def load_routing_flagged(self) -> list[tuple[str, str]]:
-        """``(session_key, entry text)`` of the rows that may carry a turn marker or a
-        resume flag (found through the ``routing_recovery`` partial index)."""
-        return self._read(lambda: self._database.execute_sql(
-            f'SELECT session_key, entry FROM "routing" WHERE {ROUTING_MAY_NEED_RECOVERY}'
-        ).fetchall())
+    def routing_rows(self) -> list[RoutingRow]:
+        """Every routing row."""
+        return self._read(self._routing)
 
-    def routing_idle_before(self, cutoff: float) -> list[tuple[str, str]]:
-        """``(session_key, entry text)`` of rows last changed before ``cutoff`` (epoch), plus
-        rows whose entry has no ``updated_at`` (their age is judged from the entry):
-        pruning's candidates."""
-        return self._read(lambda: self._database.execute_sql(
-            'SELECT session_key, entry FROM "routing" WHERE updated_at < ?'
-            " OR instr(entry, '\"updated_at\": null') > 0", (cutoff,)).fetchall())
+    def routing_row(self, session_key: str) -> RoutingRow | None:
+        """One routing row, or ``None``."""
+        rows = self._read(lambda: self._routing(
+            " WHERE session_key = ?", (session_key,), lambda row: row.session_key == session_key))
+        return rows[0] if rows else None
 
-    def routing_entry(self, session_key: str) -> str | None:
-        """The entry text of one routing row, or ``None``."""
-        row = self._read(lambda: self._database.execute_sql(
-            'SELECT entry FROM "routing" WHERE session_key = ?', (session_key,)).fetchone())
-        return row[0] if row else None
+    def routing_flagged(self) -> list[RoutingRow]:
+        """The rows with a turn marker or a pending resume (from the partial index)."""
+        return self._read(lambda: self._routing(f" WHERE {ROUTING_FLAGGED}", (),
+                                                lambda row: needs_recovery(row.flags)))
+
+    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
+        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never."""
+        return self._read(lambda: self._routing(
+            " WHERE (updated_at < ? OR updated_at IS NULL) AND active_turn_token IS NULL"
+            " AND resume_pending = 0 AND suspended = 0", (cutoff,),
+            lambda row: is_prunable(row.flags, cutoff)))
+
+    # the node
+
+    def node_id(self) -> str:
+        """The home's node id (created at the first open)."""
+        return self._node_id
+
+    def node_values(self, node_id: str) -> dict[str, str]:
+        """The named state values of ``node_id``."""
+        return self._read(lambda: dict(self._database.execute_sql(
+            "SELECT name, value FROM node_state WHERE node_id = ?", (node_id,)).fetchall()))
 
     def _messages(self, where: str, params: tuple, tail: str = "") -> list[dict[str, Any]]:
         rows = self._database.execute_sql(
@@ -503,6 +601,43 @@ class SessionDB:
             return list(q.order_by(d.created_at, d.obligation_id).dicts())
 
         return self._read(query)
+
+    def ledger_counts(self) -> dict[str, int]:
+        """How many ledger rows are in each state."""
+        return self._read(lambda: dict(self._database.execute_sql(
+            "SELECT state, count(*) FROM deliveries GROUP BY state").fetchall()))
+
+    def outbox_read(self, platform: str, chat_id: str | None, after: int,
+                    limit: int) -> list[dict[str, Any]]:
+        """One chat's outbox rows after cursor ``after``, oldest first."""
+        chat = "chat_id IS NULL" if chat_id is None else "chat_id = ?"
+        params: tuple = (platform,) + (() if chat_id is None else (chat_id,))
+
+        def read() -> list[dict[str, Any]]:
+            rows = self._database.execute_sql(
+                f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM outbox"
+                f" WHERE platform = ? AND {chat} AND cursor > ? ORDER BY cursor LIMIT ?",
+                params + (int(after), int(limit))).fetchall()
+            return [dict(zip(OUTBOX_COLUMNS, row, strict=True)) for row in rows]
+
+        return self._read(read)
+
+    def outbox_head(self) -> int:
+        """The highest outbox cursor, 0 when empty."""
+        return self._read(lambda: self._database.execute_sql(
+            "SELECT max(cursor) FROM outbox").fetchone()[0] or 0)
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a diagnostic table (``protocol.DIAGNOSTIC_TABLES``), in rowid order."""
+        if table not in DIAGNOSTIC_TABLES:
+            raise ValueError(f"not a diagnostic table: {table!r}")
+
+        def read() -> list[dict[str, Any]]:
+            cursor = self._database.execute_sql(f'SELECT * FROM "{table}" ORDER BY rowid')
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+        return self._read(read)
 
     def session_row(self, session_id: str) -> dict[str, Any] | None:
         """The ``sessions`` row of ``session_id`` as a dict (``source`` decoded), or ``None``."""

@@ -34,12 +34,15 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    NodeValue,
     Op,
+    OutboxAppend,
+    OutboxPrune,
     PruneInbox,
     PutRouting,
+    SetRoutingFlags,
     WithdrawEvent,
 )
-from hermes_actors.store.outbox import sqlite_outbox_handlers
 
 __all__ = ["SqliteOps"]
 
@@ -71,9 +74,29 @@ _END_SESSION = (
     "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL"
 )
 _PUT_ROUTING = (
-    'INSERT INTO "routing" (session_key, entry, updated_at) VALUES (?, ?, ?)'
+    'INSERT INTO "routing" (session_key, entry, active_turn_token, active_turn_started_at,'
+    " active_turn_internal, resume_pending, suspended, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session_key) DO UPDATE SET entry = excluded.entry,"
+    " active_turn_token = excluded.active_turn_token,"
+    " active_turn_started_at = excluded.active_turn_started_at,"
+    " active_turn_internal = excluded.active_turn_internal,"
+    " resume_pending = excluded.resume_pending, suspended = excluded.suspended,"
     " updated_at = excluded.updated_at"
+)
+_SET_ROUTING_FLAGS = (
+    'UPDATE "routing" SET active_turn_token = ?, active_turn_started_at = ?,'
+    " active_turn_internal = ?, resume_pending = ?, suspended = ?, updated_at = ?"
+    " WHERE session_key = ?"
+)
+_PUT_NODE_VALUE = (
+    "INSERT INTO node_state (node_id, name, value) VALUES (?, ?, ?)"
+    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
+)
+_DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = ? AND name = ?"
+_OUTBOX_APPEND = (
+    "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
+    " in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ADD_TOKENS = (
     "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
@@ -99,15 +122,15 @@ _LEDGER_RECORD = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?) ON CONFLICT (obligation_id) DO NOTHING"
 )
 _LEDGER_CLAIM_READ = (
-    "SELECT state, owner_pid, owner_started_at FROM deliveries WHERE obligation_id = ?"
+    "SELECT state, owner_node, owner_boot FROM deliveries WHERE obligation_id = ?"
 )
 _LEDGER_CLAIM = (
-    "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_pid = ?,"
-    " owner_started_at = ?, updated_at = ? WHERE obligation_id = ?"
+    "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_node = ?,"
+    " owner_boot = ?, updated_at = ? WHERE obligation_id = ?"
 )
 #: The common claim in one statement: a fresh ``pending`` row nobody owns is always
 #: claimable (``ledger.claim_allowed``); anything else takes the read-and-decide path.
-_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_pid IS NULL"
+_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ? WHERE obligation_id = ?"
@@ -121,16 +144,9 @@ def _json(value: Any) -> str | None:
 class SqliteOps:
     """Applies operations to one SQLite database (call only on its worker thread)."""
 
-    def __init__(
-        self,
-        database: pw.Database,
-        models: Models,
-        *,
-        is_alive: Callable[[int | None, float | None], bool] = ledger.owner_alive,
-    ) -> None:
+    def __init__(self, database: pw.Database, models: Models) -> None:
         self._db = database
         self._m = models
-        self._is_alive = is_alive
         #: Session ids known to have a ``sessions`` row (saves a statement per append).
         self._known: set[str] = set()
         self._known_in_txn: set[str] = set()
@@ -138,6 +154,7 @@ class SqliteOps:
             CreateSession: self._create_session,
             EndSession: self._end_session,
             PutRouting: self._put_routing,
+            SetRoutingFlags: self._set_routing_flags,
             DeleteRouting: self._delete_routing,
             AppendMessage: self._append_message,
             AddTokens: self._add_tokens,
@@ -149,8 +166,10 @@ class SqliteOps:
             LedgerClaim: self._ledger_claim,
             LedgerFinish: self._ledger_finish,
             LedgerPrune: self._ledger_prune,
+            OutboxAppend: self._outbox_append,
+            OutboxPrune: self._outbox_prune,
+            NodeValue: self._node_value,
         }
-        self._handlers.update(sqlite_outbox_handlers(database))
 
     def apply(self, op: Op) -> Any:
         """Run one operation inside the caller's transaction; return its result."""
@@ -176,7 +195,16 @@ class SqliteOps:
         self._db.execute_sql(_END_SESSION, (op.ended_at, op.reason, op.session_id))
 
     def _put_routing(self, op: PutRouting) -> None:
-        self._db.execute_sql(_PUT_ROUTING, (op.session_key, op.entry, op.updated_at))
+        self._db.execute_sql(_PUT_ROUTING, (
+            op.session_key, op.entry, op.active_turn_token, op.active_turn_started_at,
+            1 if op.active_turn_internal else 0, 1 if op.resume_pending else 0,
+            1 if op.suspended else 0, op.updated_at))
+
+    def _set_routing_flags(self, op: SetRoutingFlags) -> int:
+        return self._db.execute_sql(_SET_ROUTING_FLAGS, (
+            op.active_turn_token, op.active_turn_started_at, 1 if op.active_turn_internal else 0,
+            1 if op.resume_pending else 0, 1 if op.suspended else 0, op.updated_at,
+            op.session_key)).rowcount
 
     def _delete_routing(self, op: DeleteRouting) -> int:
         r = self._m.Routing
@@ -269,21 +297,15 @@ class SqliteOps:
         )
 
     def _ledger_claim(self, op: LedgerClaim) -> bool:
-        args = (op.owner_pid, op.owner_started_at, op.at, op.obligation_id)
+        args = (op.owner_node, op.owner_boot, op.at, op.obligation_id)
         if self._db.execute_sql(_LEDGER_CLAIM_FRESH, args).rowcount:
             return True
         row = self._db.execute_sql(_LEDGER_CLAIM_READ, (op.obligation_id,)).fetchone()
         if row is None:
             return False
-        state, owner_pid, owner_started_at = row
-        if not ledger.claim_allowed(
-            state,
-            owner_pid,
-            owner_started_at,
-            claimer_pid=op.owner_pid,
-            claimer_started_at=op.owner_started_at,
-            is_alive=self._is_alive,
-        ):
+        state, owner_node, owner_boot = row
+        if not ledger.claim_allowed(state, owner_node, owner_boot,
+                                    claimer_node=op.owner_node, claimer_boot=op.owner_boot):
             return False
         self._db.execute_sql(_LEDGER_CLAIM, args)
         return True
@@ -308,3 +330,20 @@ class SqliteOps:
             .where(d.state.in_(ledger.FINAL_STATES) & (d.updated_at < op.before))
             .execute()
         )
+
+    # -- outbox and node state --------------------------------------------------------------
+
+    def _outbox_append(self, op: OutboxAppend) -> int:
+        return self._db.execute_sql(_OUTBOX_APPEND, (
+            op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
+            op.created_at, op.in_reply_to)).lastrowid
+
+    def _outbox_prune(self, op: OutboxPrune) -> int:
+        return self._db.execute_sql("DELETE FROM outbox WHERE created_at < ?",
+                                    (op.before,)).rowcount
+
+    def _node_value(self, op: NodeValue) -> None:
+        if op.value is None:
+            self._db.execute_sql(_DELETE_NODE_VALUE, (op.node_id, op.name))
+        else:
+            self._db.execute_sql(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))

@@ -13,6 +13,8 @@ by ``rebuild_fts``. All times are epoch seconds (REAL), compared as numbers.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import peewee as pw
@@ -22,20 +24,24 @@ from hermes_actors.errors import StoreError
 
 __all__ = [
     "CANONICAL_DDL",
+    "FLAGS_SCHEMA",
     "FTS_DDL",
     "FTS_SHADOW_TABLES",
     "FTS_TRIGGERS",
+    "LATEST_DDL",
     "MIGRATIONS",
     "OUTBOX_DDL",
-    "ROUTING_CLEAN_MARKS",
-    "ROUTING_MAY_NEED_RECOVERY",
-    "ROUTING_RECOVERY_DDL",
+    "ROUTING_FLAGGED",
     "SCHEMA_VERSION",
     "Models",
+    "Step",
     "bind_models",
     "migrate",
     "repair_canonical_tables",
 ]
+
+#: One step of a migration: an SQL statement, or a function of the database.
+Step = str | Callable[[pw.Database], None]
 
 #: Tables and indexes holding canonical data (re-created if lost, never dropped by us).
 CANONICAL_DDL: tuple[str, ...] = (
@@ -141,48 +147,23 @@ OUTBOX_DDL: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS outbox_chat ON outbox (platform, chat_id, cursor)",
 )
 
-#: ``(key prefix, clean mark)`` per field: every routing entry *without* a turn marker or a
-#: resume flag, as the store writes it (one JSON encoder, default separators), contains
-#: each clean mark. A row lacking a mark, or holding a key prefix twice (free-form
-#: ``metadata`` may contain the same key), may need recovery.
-ROUTING_CLEAN_MARKS = (
-    ('"active_turn_token": ', '"active_turn_token": null'),
-    ('"resume_pending": ', '"resume_pending": false'),
-)
-
-
-def _may_need_recovery_sql() -> str:
-    """The test of :func:`~hermes_actors.store.entrymap.may_need_recovery` in SQL: a clean
-    mark missing, or a key prefix found again after its first occurrence."""
-    tests = []
-    for prefix, clean in ROUTING_CLEAN_MARKS:
-        tests.append(f"instr(entry, '{clean}') = 0")
-        tests.append(f"instr(substr(entry, instr(entry, '{prefix}') + {len(prefix)}),"
-                     f" '{prefix}') > 0")
-    return " OR ".join(tests)
-
-
-#: The same test in SQL (the ``WHERE`` of the ``routing_recovery`` index: a query with
-#: exactly this text is answered from the index).
-ROUTING_MAY_NEED_RECOVERY = _may_need_recovery_sql()
-#: The ``routing_recovery`` partial index of the rows that may need recovery, so a start
-#: finds 1,000 marked sessions among 100,000 without reading every row. Being an index on
-#: the row's own text, it holds for rows written by any tool, not just by the store.
-ROUTING_RECOVERY_INDEX = (
-    "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key)"
-    " WHERE " + ROUTING_MAY_NEED_RECOVERY
-)
-#: Migration 3 as released (frozen): the index without the repeated-key test.
+#: Migration 3 as released (frozen): a partial index over the text of routing entries
+#: that may carry a turn marker or a resume flag.
 _ROUTING_RECOVERY_V3 = (
     "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key)"
     " WHERE instr(entry, '\"active_turn_token\": null') = 0"
     " OR instr(entry, '\"resume_pending\": false') = 0",
 )
-#: Migration 4: the index re-created with today's test. A database migrated to 3 kept the
-#: old index, which SQLite cannot use for today's query: every start read every row.
-ROUTING_RECOVERY_DDL: tuple[str, ...] = (
+#: Migration 4 as released (frozen): the same index with a repeated-key test.
+_ROUTING_RECOVERY_V4: tuple[str, ...] = (
     "DROP INDEX IF EXISTS routing_recovery",
-    ROUTING_RECOVERY_INDEX,
+    "CREATE INDEX IF NOT EXISTS routing_recovery ON routing (session_key) WHERE"
+    " instr(entry, '\"active_turn_token\": null') = 0"
+    " OR instr(substr(entry, instr(entry, '\"active_turn_token\": ') + 21),"
+    " '\"active_turn_token\": ') > 0"
+    " OR instr(entry, '\"resume_pending\": false') = 0"
+    " OR instr(substr(entry, instr(entry, '\"resume_pending\": ') + 18),"
+    " '\"resume_pending\": ') > 0",
 )
 
 #: Migration 5: exactly-once ingress. An inbound message's ``ingress_key`` (its platform,
@@ -203,13 +184,152 @@ IN_REPLY_TO_DDL: tuple[str, ...] = (
     "ALTER TABLE outbox ADD COLUMN in_reply_to TEXT",
 )
 
-#: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, ROUTING_RECOVERY_DDL,
-    INGRESS_DDL, IN_REPLY_TO_DDL,
+# -- the latest schema of the tables migration 7 rebuilt or added ------------------------------
+
+#: ``routing`` with its flags as columns (:mod:`hermes_actors.store.routing`): recovery,
+#: pruning and "who is mid-turn" are indexed queries, and a turn writes columns only.
+ROUTING_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+    session_key TEXT NOT NULL PRIMARY KEY,
+    entry TEXT NOT NULL,
+    updated_at REAL,
+    active_turn_token TEXT,
+    active_turn_started_at REAL,
+    active_turn_internal INTEGER NOT NULL DEFAULT 0,
+    resume_pending INTEGER NOT NULL DEFAULT 0,
+    suspended INTEGER NOT NULL DEFAULT 0)"""
+#: The rows recovery reads at every start (a partial index: only flagged rows are in it).
+ROUTING_FLAGGED = "active_turn_token IS NOT NULL OR resume_pending = 1"
+ROUTING_INDEXES: tuple[str, ...] = (
+    "CREATE INDEX IF NOT EXISTS routing_flagged ON routing (session_key)"
+    f" WHERE {ROUTING_FLAGGED}",
+    "CREATE INDEX IF NOT EXISTS routing_activity ON routing (updated_at)",
+)
+#: ``deliveries`` owned by a gateway boot (node id, boot id) instead of a process id.
+DELIVERIES_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+    obligation_id TEXT NOT NULL PRIMARY KEY,
+    session_key TEXT NOT NULL,
+    platform TEXT NOT NULL,
+    chat_id TEXT,
+    thread_id TEXT,
+    content TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    owner_node TEXT,
+    owner_boot TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_error TEXT,
+    in_reply_to TEXT)"""
+DELIVERIES_INDEXES = ("CREATE INDEX IF NOT EXISTS deliveries_state ON deliveries (state)",)
+#: A node's state (restart counts, restart-storm boots, the clean-shutdown marker) and the
+#: home's own settings (its node id).
+NODE_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS node_state (
+        node_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (node_id, name))""",
+    """CREATE TABLE IF NOT EXISTS meta (
+        name TEXT NOT NULL PRIMARY KEY,
+        value TEXT NOT NULL)""",
+)
+
+
+def _rebuild_routing(database: pw.Database) -> None:
+    """Migration 7's data step: every routing row's flags move out of its JSON text into
+    columns (a row that does not parse keeps its text, with no flags: the store skips it
+    at first use, as before)."""
+    from hermes_actors.store.routing import FLAG_FIELDS, NO_FLAGS, flags_from_data
+
+    rows = database.execute_sql("SELECT session_key, entry, updated_at FROM routing").fetchall()
+    database.execute_sql(ROUTING_TABLE.format(name="routing_v7"))
+    converted = []
+    for key, text, column_time in rows:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            flags = flags_from_data(data)
+            for name in FLAG_FIELDS:
+                data.pop(name, None)
+            text = json.dumps(data, ensure_ascii=False)
+        else:
+            flags = NO_FLAGS._replace(updated_at=column_time)
+        converted.append((key, text, *flags))
+    database.execute_sql("DROP TABLE routing")
+    database.execute_sql("ALTER TABLE routing_v7 RENAME TO routing")
+    columns = ", ".join(("session_key", "entry", *FLAG_FIELDS))
+    cursor = database.cursor()
+    cursor.executemany(f"INSERT INTO routing ({columns}) VALUES ({', '.join('?' * 8)})",
+                       converted)
+    for statement in ROUTING_INDEXES:
+        database.execute_sql(statement)
+
+
+def _rebuild_deliveries(database: pw.Database) -> None:
+    """Migration 7: ledger rows are owned by a gateway boot; a row of the old owner columns
+    (a process) is unowned, which is what a dead owner meant."""
+    database.execute_sql(DELIVERIES_TABLE.format(name="deliveries_v7"))
+    database.execute_sql(
+        "INSERT INTO deliveries_v7 (obligation_id, session_key, platform, chat_id, thread_id,"
+        " content, kind, state, attempts, created_at, updated_at, last_error, in_reply_to)"
+        " SELECT obligation_id, session_key, platform, chat_id, thread_id, content, kind,"
+        " state, attempts, created_at, updated_at, last_error, in_reply_to FROM deliveries")
+    database.execute_sql("DROP TABLE deliveries")
+    database.execute_sql("ALTER TABLE deliveries_v7 RENAME TO deliveries")
+    for statement in DELIVERIES_INDEXES:
+        database.execute_sql(statement)
+
+
+#: Migration 7: routing flags as columns, ledger ownership by gateway boot, node state.
+FLAGS_AND_NODES: tuple[Step, ...] = (_rebuild_routing, _rebuild_deliveries, *NODE_DDL)
+
+#: Forward migrations; migration N brings ``PRAGMA user_version`` from N-1 to N. A step is
+#: an SQL statement or a function of the database (run in the migration's transaction).
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
+    CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, _ROUTING_RECOVERY_V4,
+    INGRESS_DDL, IN_REPLY_TO_DDL, FLAGS_AND_NODES,
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
+#: The first version with routing flags as columns and node state (migration 7).
+FLAGS_SCHEMA = 7
+
+#: Every canonical table and index in its latest form, for re-creating one that was lost.
+LATEST_DDL: tuple[str, ...] = (
+    *(statement for statement in CANONICAL_DDL
+      if not statement.lstrip().startswith(("CREATE TABLE IF NOT EXISTS routing",
+                                            "CREATE TABLE IF NOT EXISTS deliveries",
+                                            "CREATE INDEX IF NOT EXISTS deliveries_state",
+                                            "CREATE TABLE IF NOT EXISTS inbox"))),
+    ROUTING_TABLE.format(name="routing"), *ROUTING_INDEXES,
+    DELIVERIES_TABLE.format(name="deliveries"), *DELIVERIES_INDEXES,
+    """CREATE TABLE IF NOT EXISTS inbox (
+        seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+        event_id TEXT NOT NULL UNIQUE,
+        session_key TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        internal INTEGER NOT NULL DEFAULT 0,
+        received_at REAL NOT NULL,
+        consumed_at REAL,
+        consumed_reason TEXT,
+        ingress_key TEXT)""",
+    INGRESS_DDL[1],
+    """CREATE TABLE IF NOT EXISTS outbox (
+        cursor INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+        session_key TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        chat_id TEXT,
+        thread_id TEXT,
+        text TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        in_reply_to TEXT)""",
+    OUTBOX_DDL[1],
+    *NODE_DDL,
+)
 
 
 def migrate(database: pw.Database) -> int:
@@ -226,8 +346,11 @@ def migrate(database: pw.Database) -> int:
         )
     for number in range(found + 1, SCHEMA_VERSION + 1):
         with database.atomic():
-            for statement in MIGRATIONS[number - 1]:
-                database.execute_sql(statement)
+            for step in MIGRATIONS[number - 1]:
+                if callable(step):
+                    step(database)
+                else:
+                    database.execute_sql(step)
             database.execute_sql(f"PRAGMA user_version = {number}")
     return found
 
@@ -235,16 +358,7 @@ def migrate(database: pw.Database) -> int:
 def repair_canonical_tables(database: pw.Database) -> None:
     """Re-create canonical tables or indexes that were lost (a no-op when all exist)."""
     with database.atomic():
-        for statement in (*CANONICAL_DDL, *OUTBOX_DDL, ROUTING_RECOVERY_INDEX):
-            database.execute_sql(statement)
-        # A re-created table lacks the columns later migrations added to it.
-        for statement in (*INGRESS_DDL, *IN_REPLY_TO_DDL):
-            if statement.startswith("ALTER TABLE "):
-                table, _, column = statement[len("ALTER TABLE "):].partition(" ADD COLUMN ")
-                present = {row[1] for row in
-                           database.execute_sql(f"PRAGMA table_info({table})")}
-                if column.split()[0] in present:
-                    continue
+        for statement in LATEST_DDL:
             database.execute_sql(statement)
 
 
@@ -294,11 +408,16 @@ class MessageRow(_Model):
 
 
 class RoutingRow(_Model):
-    """The current entry of one session key."""
+    """The current entry of one session key: its JSON text and its flag columns."""
 
     session_key = pw.TextField(primary_key=True)
     entry = pw.TextField()
-    updated_at = pw.FloatField()
+    updated_at = pw.FloatField(null=True)
+    active_turn_token = pw.TextField(null=True)
+    active_turn_started_at = pw.FloatField(null=True)
+    active_turn_internal = pw.IntegerField(default=0)
+    resume_pending = pw.IntegerField(default=0)
+    suspended = pw.IntegerField(default=0)
 
     class Meta:
         table_name = "routing"
@@ -316,8 +435,8 @@ class DeliveryRow(_Model):
     kind = pw.TextField()
     state = pw.TextField()
     attempts = pw.IntegerField(default=0)
-    owner_pid = pw.IntegerField(null=True)
-    owner_started_at = pw.FloatField(null=True)
+    owner_node = pw.TextField(null=True)
+    owner_boot = pw.TextField(null=True)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     last_error = pw.TextField(null=True)
@@ -361,7 +480,30 @@ class OutboxRow(_Model):
         table_name = "outbox"
 
 
-MODELS = (SessionRow, MessageRow, RoutingRow, DeliveryRow, InboxRow, OutboxRow)
+class NodeStateRow(_Model):
+    """One named value of a node's state."""
+
+    node_id = pw.TextField()
+    name = pw.TextField()
+    value = pw.TextField()
+
+    class Meta:
+        table_name = "node_state"
+        primary_key = pw.CompositeKey("node_id", "name")
+
+
+class MetaRow(_Model):
+    """One setting of the home (``node_id``)."""
+
+    name = pw.TextField(primary_key=True)
+    value = pw.TextField()
+
+    class Meta:
+        table_name = "meta"
+
+
+MODELS = (SessionRow, MessageRow, RoutingRow, DeliveryRow, InboxRow, OutboxRow, NodeStateRow,
+          MetaRow)
 
 
 class Models(NamedTuple):
@@ -373,6 +515,8 @@ class Models(NamedTuple):
     Delivery: Any
     Inbox: Any
     Outbox: Any
+    NodeState: Any
+    Meta: Any
 
 
 def bind_models(database: pw.Database) -> Models:

@@ -1,0 +1,189 @@
+"""The files backend's inbox, delivery ledger and outbox: tables in memory.
+
+They follow the same rules as their SQL tables (:mod:`hermes_actors.store.ledger` decides
+claims and outcomes for both), but do not survive a crash; the backend says so once. Call
+them under the backend's lock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hermes_actors.store import ledger
+from hermes_actors.store.ops import (
+    AcceptEvent,
+    ConsumeEvents,
+    LedgerClaim,
+    LedgerFinish,
+    LedgerPrune,
+    LedgerRecord,
+    OutboxAppend,
+    OutboxPrune,
+    PruneInbox,
+    WithdrawEvent,
+)
+from hermes_actors.store.protocol import OUTBOX_COLUMNS
+
+__all__ = ["LEDGER_COLUMNS", "MemoryInbox", "MemoryLedger", "MemoryOutbox"]
+
+#: The columns of a ledger row (as the SQL table has them).
+LEDGER_COLUMNS = (
+    "obligation_id", "session_key", "platform", "chat_id", "thread_id", "content", "kind",
+    "state", "attempts", "owner_node", "owner_boot", "created_at", "updated_at",
+    "last_error", "in_reply_to",
+)  # fmt: skip
+
+
+class MemoryInbox:
+    """The durable inbox's rules, in memory."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        #: Ingress key -> the event id holding it (``AcceptEvent``).
+        self._ingress: dict[str, str] = {}
+        self._seq = 0
+
+    def apply(self, op: Any) -> Any:
+        """Apply one inbox operation; the results the SQL backends give."""
+        if isinstance(op, AcceptEvent):
+            holder = self._ingress.get(op.ingress_key) if op.ingress_key else None
+            if holder is not None and holder in self.rows:
+                return holder
+            if op.event_id not in self.rows:
+                self._seq += 1
+                self.rows[op.event_id] = {
+                    "seq": self._seq, "event_id": op.event_id, "session_key": op.session_key,
+                    "payload": op.payload, "internal": 1 if op.internal else 0,
+                    "received_at": op.received_at, "consumed_at": None,
+                    "consumed_reason": None, "ingress_key": op.ingress_key,
+                }  # fmt: skip
+                if op.ingress_key:
+                    self._ingress[op.ingress_key] = op.event_id
+            return op.event_id
+        if isinstance(op, WithdrawEvent):
+            row = self.rows.get(op.event_id)
+            if row is None or row["consumed_at"] is not None:
+                return 0
+            self._forget(op.event_id)
+            return 1
+        if isinstance(op, ConsumeEvents):
+            count = 0
+            for event_id in op.event_ids:
+                row = self.rows.get(event_id)
+                if row is not None and row["consumed_at"] is None:
+                    row["consumed_at"], row["consumed_reason"] = op.at, op.reason
+                    count += 1
+            return count
+        assert isinstance(op, PruneInbox)
+        old = [k for k, r in self.rows.items()
+               if r["consumed_at"] is not None and r["consumed_at"] < op.before]
+        for key in old:
+            self._forget(key)
+        return len(old)
+
+    def _forget(self, event_id: str) -> None:
+        row = self.rows.pop(event_id)
+        if row["ingress_key"]:
+            self._ingress.pop(row["ingress_key"], None)
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """Unconsumed events in arrival order, as ``(session_key, payload)``."""
+        rows = sorted(self.rows.values(), key=lambda r: r["seq"])
+        return [(r["session_key"], json.loads(r["payload"])) for r in rows
+                if r["consumed_at"] is None]
+
+
+class MemoryLedger:
+    """The delivery ledger's rules, in memory."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def apply(self, op: Any) -> Any:
+        """Apply one ledger operation; the results the SQL backends give."""
+        if isinstance(op, LedgerRecord):
+            if op.obligation_id not in self.rows:
+                row = dict.fromkeys(LEDGER_COLUMNS)
+                row.update(
+                    obligation_id=op.obligation_id, session_key=op.session_key,
+                    platform=op.platform, chat_id=op.chat_id, thread_id=op.thread_id,
+                    content=op.content, kind=op.kind, state="pending", attempts=0,
+                    created_at=op.at, updated_at=op.at, in_reply_to=op.in_reply_to,
+                )  # fmt: skip
+                self.rows[op.obligation_id] = row
+            return None
+        if isinstance(op, LedgerClaim):
+            row = self.rows.get(op.obligation_id)
+            if row is None or not ledger.claim_allowed(
+                    row["state"], row["owner_node"], row["owner_boot"],
+                    claimer_node=op.owner_node, claimer_boot=op.owner_boot):
+                return False
+            row.update(state="attempting", attempts=row["attempts"] + 1,
+                       owner_node=op.owner_node, owner_boot=op.owner_boot, updated_at=op.at)
+            return True
+        if isinstance(op, LedgerFinish):
+            row = self.rows.get(op.obligation_id)
+            if row is None:
+                return None
+            state = ledger.finish_state(op.state, attempts=row["attempts"],
+                                        created_at=row["created_at"], now=op.at)
+            row.update(state=state, last_error=op.error, updated_at=op.at)
+            return state
+        assert isinstance(op, LedgerPrune)
+        old = [k for k, r in self.rows.items()
+               if r["state"] in ledger.FINAL_STATES and r["updated_at"] < op.before]
+        for key in old:
+            del self.rows[key]
+        return len(old)
+
+    def select(self, states: tuple[str, ...] | None, session_key: str | None
+               ) -> list[dict[str, Any]]:
+        """Rows oldest first, optionally filtered (copies)."""
+        rows = [dict(r) for r in self.rows.values()
+                if (states is None or r["state"] in states)
+                and (session_key is None or r["session_key"] == session_key)]
+        return sorted(rows, key=lambda r: (r["created_at"], r["obligation_id"]))
+
+    def counts(self) -> dict[str, int]:
+        """Rows per state."""
+        out: dict[str, int] = {}
+        for row in self.rows.values():
+            out[row["state"]] = out.get(row["state"], 0) + 1
+        return out
+
+
+class MemoryOutbox:
+    """The outbox, in memory; cursors continue above the highest one a caller has seen
+    (``OutboxAppend.floor``), so they never go back after a switch from a database."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self._last = 0
+
+    def apply(self, op: Any) -> Any:
+        """Apply one outbox operation; the results the SQL backends give."""
+        if isinstance(op, OutboxAppend):
+            self._last = max(self._last, int(op.floor)) + 1
+            self.rows.append(dict(zip(OUTBOX_COLUMNS, (
+                self._last, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
+                op.kind, op.created_at, op.in_reply_to,
+            ), strict=True)))  # fmt: skip
+            return self._last
+        assert isinstance(op, OutboxPrune)
+        kept = [r for r in self.rows if r["created_at"] >= op.before]
+        pruned = len(self.rows) - len(kept)
+        self.rows = kept
+        return pruned
+
+    def read(self, platform: str, chat_id: str | None, after: int, limit: int
+             ) -> list[dict[str, Any]]:
+        """One chat's rows after ``after``, oldest first."""
+        found = [dict(r) for r in self.rows
+                 if r["platform"] == platform and r["chat_id"] == chat_id
+                 and r["cursor"] > after]
+        return found[:limit]
+
+    def head(self) -> int:
+        """The highest cursor so far."""
+        return self._last

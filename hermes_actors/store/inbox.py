@@ -1,0 +1,80 @@
+"""``Inbox``: the durable inbox (§8): an accepted message is stored before it is
+acknowledged and consumed in the transaction that starts its turn (or answers its command),
+so ``kill -9`` at any moment loses no accepted message and answers none twice. A message
+carrying a platform ``message_id`` is accepted once (its ``ingress_key`` is unique).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from hermes_actors.model.entry import validate_session_key
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.jsontext import to_json
+from hermes_actors.model.timeutil import epoch
+from hermes_actors.store.core import StoreCore
+from hermes_actors.store.ops import AcceptEvent, ConsumeEvents, PruneInbox, WithdrawEvent
+
+__all__ = ["Inbox"]
+
+log = logging.getLogger("hermes_actors.store")
+
+_DAY = 86400.0
+
+
+def _payload(event: MessageEvent) -> str:
+    try:
+        return to_json(event.to_dict())
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"event {event.event_id} cannot be stored: {exc}") from None
+
+
+class Inbox:
+    """The inbox methods of the store (its facade delegates here)."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+
+    def accept_event(self, session_key: str, event: MessageEvent) -> str:
+        """Persist an accepted inbound event before it is acknowledged (idempotent by id).
+
+        Returns the event's own id, or, when an earlier event holds its
+        ``MessageEvent.ingress_key`` (a retried or redelivered message), that event's id:
+        then nothing was stored. The check and the insert are one transaction.
+        """
+        validate_session_key(session_key)
+        op = AcceptEvent(event_id=event.event_id, session_key=session_key,
+                         payload=_payload(event), internal=event.internal,
+                         received_at=epoch(event.received_at), ingress_key=event.ingress_key)
+        return self._core.apply([op])[0]
+
+    def withdraw_event(self, event_id: str) -> bool:
+        """Delete an unconsumed inbox event, leaving nothing of it (a message refused after
+        it was made durable); False when it is unknown or already consumed."""
+        return bool(self._core.apply([WithdrawEvent(event_id)])[0])
+
+    def consume_events(self, event_ids: Iterable[str], reason: str) -> None:
+        """Mark inbox events consumed (``turn``, ``command``, ``dropped``...); the first
+        reason sticks."""
+        ids = tuple(event_ids)
+        if ids:
+            self._core.apply([ConsumeEvents(ids, str(reason), self._core.ts())])
+
+    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
+        """Unconsumed events as ``(session_key, event)`` in their original arrival order.
+
+        An event that no longer parses (e.g. its plugin platform is gone) is skipped with a
+        warning and stays in the inbox.
+        """
+        out = []
+        for key, payload in self._core.read(lambda backend: backend.pending_inbox()):
+            try:
+                out.append((key, MessageEvent.from_dict(payload)))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("inbox event for %s cannot be replayed: %s", key, exc)
+        return out
+
+    def inbox_prune(self, max_age_days: float = 7) -> int:
+        """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""
+        return self._core.apply([PruneInbox(self._core.ts() - max_age_days * _DAY)])[0] or 0

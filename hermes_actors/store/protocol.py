@@ -1,0 +1,147 @@
+"""``Backend``: everything the store's domain asks of a persistence backend, written down.
+
+The domain (:class:`~hermes_actors.store.store.SessionStore` and its parts) decides; a
+backend persists and answers. Writes are lists of operation records
+(:mod:`~hermes_actors.store.ops`) applied as one transaction each; reads are the methods
+below, each a question the domain really asks (recovery's candidates, pruning's candidates,
+a turn's reply, the outbox after a cursor...), never "give me your connection". Backends:
+:class:`~hermes_actors.store.backends.sqlite.db.SessionDB` (the embedded default) and
+:class:`~hermes_actors.store.backends.files.backend.FilesBackend` (degraded mode: routing in
+``sessions.json``, transcripts in JSONL files, inbox, ledger and outbox in memory). The
+conformance suite (``tests/store/conformance``) runs the same tests against every backend.
+
+Failure contract: a read or write that fails because the backend cannot be used (a database
+that cannot be opened, written or read) raises
+:class:`~hermes_actors.errors.StoreUnavailableError`, on which the store fails over to the
+files backend and re-applies the write there; any other :class:`~hermes_actors.errors.
+StoreError` fails only the call (a constraint violation is a programming error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from hermes_actors.store.ops import Op
+from hermes_actors.store.routing import RoutingRow
+
+__all__ = ["DIAGNOSTIC_TABLES", "NODE_VALUES", "OUTBOX_COLUMNS", "Backend"]
+
+#: The tables a backend can list for diagnostics (:meth:`Backend.rows`).
+DIAGNOSTIC_TABLES = ("sessions", "messages", "routing", "inbox", "deliveries", "outbox",
+                     "node_state")
+#: The columns of an outbox row, in the order reads return them.
+OUTBOX_COLUMNS = (
+    "cursor", "session_key", "platform", "chat_id", "thread_id", "text", "kind", "created_at",
+    "in_reply_to",
+)  # fmt: skip
+#: The named values of a node's state (:class:`~hermes_actors.store.ops.NodeValue`).
+NODE_VALUES = ("clean_shutdown", "restart_counts", "restart_storm")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A persistence backend of the session store (see the module docstring)."""
+
+    #: ``"sqlite"``, ``"files"`` (and ``"postgres"`` later): what ``hermes-actors db check``
+    #: reports as the mode. Only the files backend is *degraded*.
+    kind: str
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(self, ops: list[Op]) -> list[Any]:
+        """Apply ``ops`` in order as one transaction; one result per op (``None`` for most)."""
+        ...
+
+    def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
+        """:meth:`apply` without waiting: ``callback(ok, results_or_error)`` once it is
+        durable (under gevent in the hub: the callback must not block)."""
+        ...
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def node_id(self) -> str:
+        """The id of the gateway node this store belongs to: created (and kept durably) at
+        the first call, the same at every later start on the same home."""
+        ...
+
+    def node_values(self, node_id: str) -> dict[str, str]:
+        """The named state values of ``node_id`` (JSON texts), see :data:`NODE_VALUES`."""
+        ...
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def routing_keys(self) -> dict[str, None]:
+        """Every routing key, as an insertion-ordered set."""
+        ...
+
+    def routing_rows(self) -> list[RoutingRow]:
+        """Every routing row."""
+        ...
+
+    def routing_row(self, session_key: str) -> RoutingRow | None:
+        """One routing row, or ``None``."""
+        ...
+
+    def routing_flagged(self) -> list[RoutingRow]:
+        """The rows with a turn marker or a pending resume (recovery's work list)."""
+        ...
+
+    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
+        """Pruning's candidates: rows with no marker, no pending resume, not suspended, and
+        last active before ``cutoff`` (epoch seconds) or never."""
+        ...
+
+    # -- transcripts ------------------------------------------------------------------------
+
+    def load_messages(self, session_id: str,
+                      before_turn: str | None = None) -> list[dict[str, Any]]:
+        """A session's transcript in order, in the shape of §17.13 (only the messages
+        before turn ``before_turn``'s first one, when given)."""
+        ...
+
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has."""
+        ...
+
+    def turn_replies(self, turns: list[tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of the reply of each ``(session_id, token,
+        marker start)`` turn that has one: its last final reply row, else a reply the
+        transcript ends with (:func:`~hermes_actors.store.transcript.reply_after_marker`)."""
+        ...
+
+    # -- inbox, ledger, outbox --------------------------------------------------------------
+
+    def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
+        """Unconsumed inbox events as ``(session_key, payload)`` in arrival order."""
+        ...
+
+    def ledger_rows(
+        self, states: tuple[str, ...] | None = None, session_key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Ledger rows (every column) in creation order, optionally filtered."""
+        ...
+
+    def ledger_counts(self) -> dict[str, int]:
+        """How many ledger rows are in each state (only states that have rows)."""
+        ...
+
+    def outbox_read(self, platform: str, chat_id: str | None, after: int,
+                    limit: int) -> list[dict[str, Any]]:
+        """The outbox rows of one chat with a cursor above ``after``, oldest first."""
+        ...
+
+    def outbox_head(self) -> int:
+        """The highest outbox cursor, 0 when the outbox is empty."""
+        ...
+
+    # -- diagnostics and lifecycle ----------------------------------------------------------
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of one of :data:`DIAGNOSTIC_TABLES`, as stored (tests, ``db`` tools)."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend's resources (idempotent)."""
+        ...
