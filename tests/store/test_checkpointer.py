@@ -41,9 +41,9 @@ class TestCheckpointer:
         threaded = SessionDB(tmp_path / "b.db", writer="thread")
         try:
             pragma = "PRAGMA wal_autocheckpoint"
-            assert inline._run(lambda: inline._database.execute_sql(pragma).fetchone()[0]) \
+            assert inline.sql(pragma)[0][0] \
                 == FALLBACK_PAGES
-            assert threaded._run(lambda: threaded._database.execute_sql(pragma).fetchone()[0]) \
+            assert threaded.sql(pragma)[0][0] \
                 == 1000  # SQLite's own default: a thread writer commits in this process
         finally:
             inline.close()

@@ -47,7 +47,7 @@ class TestDbCheck:
 
     def test_corrupt_fts_exits_1_and_rebuild_fixes_it(self, capsys, home, populated):
         db = SessionDB(home / "state.db")
-        db._executor.run(lambda: db._database.execute_sql("DELETE FROM messages_fts_data"))
+        db.sql("DELETE FROM messages_fts_data")
         db.close()
         code, out, _ = _run(capsys, "db", "check", "--home", str(home))
         assert code == 1 and "fts: corrupt" in out.splitlines()

@@ -32,7 +32,7 @@ def db(tmp_path):
 
 
 def _sql(db: SessionDB, sql: str) -> list:
-    return db._executor.run(lambda: db._database.execute_sql(sql).fetchall())
+    return db.sql(sql)
 
 
 def _corrupt_fts(db: SessionDB, how: str) -> None:

@@ -146,7 +146,7 @@ class TestWriteFailureAfterOpen:
         entry = store.get_or_create_session(dm())
         store.append_message(entry.session_id, {"role": "user", "content": "before"})
         db = store.db
-        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        db.sql("PRAGMA query_only = 1")
         with caplog.at_level(logging.WARNING, logger="hermes_actors"):
             assert store.mark_resume_pending(entry.session_key, "restart_timeout")
             store.append_message(entry.session_id, {"role": "user", "content": "after"})
@@ -163,7 +163,7 @@ class TestWriteFailureAfterOpen:
         store.close()
         store = make_store()  # reopened: no entry read yet
         db = store.db
-        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        db.sql("PRAGMA query_only = 1")
         assert store.mark_resume_pending(entries[0].session_key, "restart_timeout")
         assert store.degraded
         mirror = _mirror(home)
@@ -183,7 +183,7 @@ class TestWriteFailureAfterOpen:
             raise StoreError("disk I/O error")
 
         monkeypatch.setattr(db, "routing_rows", unreadable)
-        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        db.sql("PRAGMA query_only = 1")
         assert store.mark_resume_pending(entries[0].session_key, "restart_timeout")
         assert store.degraded
         assert store.get(entries[2].session_key) == entries[2]
@@ -241,7 +241,7 @@ class TestLazyEntriesAcrossASwitch:
         store, old = self._reopened(make_store)
         store.get_or_create_session(dm("99"))  # the mirror is dirty
         db = store.db
-        db._executor.run(lambda: db._database.execute_sql("ALTER TABLE routing RENAME TO gone"))
+        db.sql("ALTER TABLE routing RENAME TO gone")
         done = threading.Event()
         threading.Thread(target=lambda: (store.flush(), done.set()), daemon=True).start()
         assert done.wait(10), "the flush must not hang"

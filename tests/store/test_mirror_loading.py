@@ -143,7 +143,7 @@ class TestLoading:
         store.mark_resume_pending(entries[0].session_key, "restart_timeout")
         store.close()
         db = SessionDB(home / "state.db")
-        db._executor.run(lambda: db._database.execute_sql("DROP TABLE routing"))
+        db.sql("DROP TABLE routing")
         db.close()
         again = make_store()
         assert {e.session_key for e in again.list_sessions()} == {e.session_key for e in entries}

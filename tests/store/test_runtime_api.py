@@ -25,7 +25,7 @@ def _event(text: str, chat: str = "42", **kwargs) -> MessageEvent:
 
 def _sql(store, sql: str) -> list:
     db = store.db
-    return db._executor.run(lambda: db._database.execute_sql(sql).fetchall())
+    return db.sql(sql)
 
 
 class TestInbox:
@@ -371,7 +371,7 @@ class TestDeferredFinish:
     def test_a_database_gone_bad_falls_back_to_degraded_mode(self, store):
         oid = self._owed(store)
         db = store.db
-        db._executor.run(lambda: db._database.execute_sql("PRAGMA query_only = 1"))
+        db.sql("PRAGMA query_only = 1")
         done = threading.Event()
         store.ledger_finish_later(oid, "delivered", on_done=done.set)
         assert done.wait(10)

@@ -74,6 +74,11 @@ log = logging.getLogger(__name__)
 _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
 _LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerFinish, LedgerPrune)
 _NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage)
+_ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
+#: Every operation this backend applies; anything else refuses the whole list up front
+#: (memory changes cannot be rolled back, so nothing may fail half-way).
+_KNOWN = frozenset((*_INBOX_OPS, *_LEDGER_OPS, *_NO_TABLE, *_ROUTING_OPS, NodeValue,
+                    OutboxAppend, OutboxPrune))
 
 
 def _row_from_data(key: str, data: dict[str, Any]) -> RoutingRow:
@@ -122,6 +127,7 @@ class FilesBackend:
         self._ledger = MemoryLedger()
         self._outbox = MemoryOutbox()
         self._warned_volatile = False
+        self._closed = False
 
     def _new_node_id(self) -> str:
         node = new_id()
@@ -146,7 +152,13 @@ class FilesBackend:
 
     def apply(self, ops: list[Op]) -> list[Any]:
         """Apply ``ops``: transcript lines and node files are written first (the I/O), then
-        memory; ``sessions.json`` is rewritten when routing changed."""
+        memory; ``sessions.json`` is rewritten when routing changed. A list with an
+        operation this backend does not know is refused whole."""
+        if self._closed:
+            raise StoreError("the files backend is closed")
+        unknown = [type(op).__name__ for op in ops if type(op) not in _KNOWN]
+        if unknown:
+            raise StoreError(f"the files backend cannot apply {', '.join(unknown)}")
         appends: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             if isinstance(op, AppendMessage):
@@ -166,7 +178,7 @@ class FilesBackend:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         with self._lock:
             results = [self._apply_one(op) for op in ops]
-        if any(isinstance(op, (PutRouting, SetRoutingFlags, DeleteRouting)) for op in ops):
+        if any(isinstance(op, _ROUTING_OPS) for op in ops):
             self._mirror.mark_dirty()
             self._mirror.flush()
         return results
@@ -345,4 +357,5 @@ class FilesBackend:
     def close(self) -> None:
         """Write ``sessions.json`` if a write is still owed (the store closes any database
         it opened)."""
+        self._closed = True
         self._mirror.close(flush=True)

@@ -333,6 +333,12 @@ class SessionDB:
         return ExecutorStatistics(stats.batches + w.frames, stats.calls + w.lists, w.frames,
                                   w.lists, w.largest, stats.waiting + w.waiting())
 
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one SQL statement on this handle's own connection and return its rows: a
+        diagnostic (and fault-injection) hook for tests and tools, never used by the store.
+        Bypasses the writer process; a write here commits at once (autocommit)."""
+        return self._run(lambda: self._database.execute_sql(statement, params).fetchall())
+
     def set_trace_callback(self, callback: Callable[[str], None] | None) -> None:
         """Call ``callback(sql)`` for every statement run on this process's connection
         (diagnostics, benchmarks, tests; a writer process's statements are not seen)."""

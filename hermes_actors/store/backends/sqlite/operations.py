@@ -19,6 +19,7 @@ from typing import Any
 
 import peewee as pw
 
+from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
 from hermes_actors.store.backends.sqlite.schema import Models
@@ -173,7 +174,10 @@ class SqliteOps:
 
     def apply(self, op: Op) -> Any:
         """Run one operation inside the caller's transaction; return its result."""
-        return self._handlers[type(op)](op)
+        handler = self._handlers.get(type(op))
+        if handler is None:
+            raise StoreError(f"SQLite cannot apply {type(op).__name__}")
+        return handler(op)
 
     def committed(self, ok: bool) -> None:
         """Tell the handlers whether the surrounding transaction committed."""

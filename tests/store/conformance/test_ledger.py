@@ -1,0 +1,68 @@
+"""The delivery ledger: one row per obligation, claims by gateway boot, outcomes, prunes."""
+
+from __future__ import annotations
+
+from hermes_actors.store.ops import LedgerClaim, LedgerFinish, LedgerPrune
+
+from .ops import T0, record
+
+HOUR = 3600.0
+
+
+def claim(oid: str = "o" * 24, boot: str = "b1", node: str = "n1",
+          at: float = T0) -> LedgerClaim:
+    return LedgerClaim(oid, node, boot, at)
+
+
+def finish(state: str, oid: str = "o" * 24, at: float = T0, error: str | None = None
+           ) -> LedgerFinish:
+    return LedgerFinish(oid, state, error, at)
+
+
+class TestLedger:
+    def test_record_is_idempotent(self, backend):
+        backend.apply([record(), record(content="hi")])
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["attempts"], row["kind"], row["in_reply_to"]) == (
+            "pending", 0, "reply", "e1 e2")
+        assert row["owner_node"] is None and row["owner_boot"] is None
+
+    def test_claims_by_boot(self, backend):
+        backend.apply([record()])
+        assert backend.apply([claim()]) == [True]
+        assert backend.apply([claim()]) == [False]  # this boot is sending it
+        assert backend.apply([claim(boot="b2")]) == [True]  # an earlier boot is gone
+        [row] = backend.ledger_rows()
+        assert (row["attempts"], row["owner_node"], row["owner_boot"]) == (2, "n1", "b2")
+        assert backend.apply([claim("missing")]) == [False]
+
+    def test_outcomes(self, backend):
+        backend.apply([record("a" * 24), record("b" * 24), record("c" * 24, at=T0 - 25 * HOUR)])
+        backend.apply([claim("a" * 24), claim("b" * 24), claim("c" * 24)])
+        assert backend.apply([finish("delivered", "a" * 24), finish("failed", "b" * 24, error="x"),
+                              finish("failed", "c" * 24), finish("failed", "z" * 24)]) == [
+            "delivered", "failed", "abandoned", None]  # c: older than a day
+        assert backend.apply([claim("a" * 24, boot="b9")]) == [False]  # final
+        assert backend.apply([claim("b" * 24)]) == [True]  # a retry of its own failure
+        assert backend.ledger_counts() == {"delivered": 1, "attempting": 1, "abandoned": 1}
+        assert [r["obligation_id"] for r in backend.ledger_rows(("attempting",))] == ["b" * 24]
+        assert backend.ledger_rows(None, "other") == []
+
+    def test_abandoned_after_three_attempts(self, backend):
+        backend.apply([record()])
+        for n in range(3):
+            backend.apply([claim(boot=f"b{n}")])
+            state = backend.apply([finish("failed", error=f"boom {n}")])[0]
+        assert state == "abandoned" and backend.ledger_rows()[0]["last_error"] == "boom 2"
+
+    def test_prune_final_rows(self, backend):
+        backend.apply([record("a" * 24), record("b" * 24)])
+        backend.apply([claim("a" * 24), finish("delivered", "a" * 24, at=T0)])
+        assert backend.apply([LedgerPrune(T0 - 1)]) == [0]
+        assert backend.apply([LedgerPrune(T0 + 1)]) == [1]
+        assert [r["obligation_id"] for r in backend.ledger_rows()] == ["b" * 24]
+
+    def test_durability(self, opened):
+        opened.backend.apply([record()])
+        again = opened.reopen()
+        assert len(again.ledger_rows()) == (1 if opened.durable("ledger") else 0)

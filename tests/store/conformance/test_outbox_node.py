@@ -1,0 +1,61 @@
+"""The outbox (cursors, reads by chat, prunes) and the node's own state."""
+
+from __future__ import annotations
+
+from hermes_actors.store.ops import NodeValue, OutboxAppend, OutboxPrune
+
+from .ops import T0
+
+
+def append(chat: str = "42", text: str = "hi", at: float = T0, floor: int = 0,
+           platform: str = "webhook") -> OutboxAppend:
+    return OutboxAppend("k", platform, chat, None, text, "reply", at, floor, "e1")
+
+
+class TestOutbox:
+    def test_cursors_and_reads(self, backend):
+        first, second, other = backend.apply([append(text="a"), append(text="b"),
+                                              append("43", "c")])
+        assert first < second < other
+        rows = backend.outbox_read("webhook", "42", 0, 10)
+        assert [(r["cursor"], r["text"], r["in_reply_to"]) for r in rows] == [
+            (first, "a", "e1"), (second, "b", "e1")]
+        assert [r["text"] for r in backend.outbox_read("webhook", "42", first, 10)] == ["b"]
+        assert len(backend.outbox_read("webhook", "42", 0, 1)) == 1
+        assert backend.outbox_read("api_server", "42", 0, 10) == []
+        assert backend.outbox_head() == other
+
+    def test_cursors_never_go_back_below_a_floor(self, backend):
+        [cursor] = backend.apply([append(floor=500)])
+        assert cursor > 0  # a database numbers rows itself; the files backend continues
+        assert backend.apply([append()])[0] > cursor
+
+    def test_prune(self, backend):
+        backend.apply([append(at=T0 - 10), append(at=T0 + 10)])
+        assert backend.apply([OutboxPrune(T0)]) == [1]
+        assert [r["created_at"] for r in backend.outbox_read("webhook", "42", 0, 10)] == [
+            T0 + 10]
+
+    def test_durability(self, opened):
+        opened.backend.apply([append()])
+        again = opened.reopen()
+        assert len(again.outbox_read("webhook", "42", 0, 10)) == (
+            1 if opened.durable("outbox") else 0)
+
+
+class TestNode:
+    def test_a_stable_node_id(self, opened):
+        node = opened.backend.node_id()
+        assert len(node) == 32 and node == opened.backend.node_id()
+        assert opened.reopen().node_id() == node
+
+    def test_values(self, opened):
+        node = opened.backend.node_id()
+        opened.backend.apply([NodeValue(node, "restart_counts", '{"k": 2}'),
+                              NodeValue(node, "clean_shutdown", '{"pid": 1}')])
+        assert opened.backend.node_values(node) == {"restart_counts": '{"k": 2}',
+                                                    "clean_shutdown": '{"pid": 1}'}
+        opened.backend.apply([NodeValue(node, "clean_shutdown", None)])
+        again = opened.reopen()
+        assert again.node_values(node) == {"restart_counts": '{"k": 2}'}
+        assert again.node_values("another node") == {}
