@@ -110,6 +110,13 @@ class DelegationRegistry:
                 delegation.cancel.set()
         return len(pending)
 
+    def stoppable(self, session_key: str) -> int:
+        """How many of the session's delegations run and were not asked to stop yet (what
+        :meth:`cancel` would stop now)."""
+        with self._lock:
+            return sum(1 for d in self._running.values()
+                       if d.session_key == session_key and not d.cancel.is_set())
+
     def running(self, session_key: str | None = None) -> int:
         """How many delegations run (for one session key when given)."""
         with self._lock:

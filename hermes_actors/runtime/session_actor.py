@@ -1,142 +1,74 @@
-"""``SessionActor``: one per live session key; owns the slot, the overflow and the turn (§8).
+"""``SessionActor``: one per live session key; carries out its :class:`SessionCore`'s effects.
 
 The mailbox is the only way in, so the order of arrival is the order of processing: FIFO
-follows from the mailbox, not from locks. A turn runs in a worker (a thread, or a greenlet
-under gevent) and reports back as a ``TurnDone`` message, so ``/stop``, ``/queue`` and
-follow-ups are handled while it runs. The actor does decisions only; slow work (the agent,
-transcript loads, sends) happens in workers and notice actors.
+follows from the mailbox, not from locks. Every message goes to the pure
+:class:`~hermes_actors.runtime.session_core.SessionCore`, which decides; this actor only does
+what the decision says. A turn runs in a worker (a thread, or a greenlet under gevent) and
+reports back as a ``TurnDone`` message, so ``/stop``, ``/queue`` and follow-ups are handled
+while it runs; a ``/new`` resets the session in a worker too (``ResetDone``), and ``/status``
+reads the store in one. Notices go through the notice actors, so nothing slow ever runs in
+this mailbox. After each inbound event the actor checks that the event ended queued or
+consumed (a command word without a handler, say): one that did not is consumed as
+``unhandled`` with an error, instead of replaying forever.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import pykka
 
 from hermes_actors._green import spawn
 from hermes_actors._green.actor import LightActor
-from hermes_actors.model.commands import help_text
-from hermes_actors.model.events import MessageEvent, MessageType
-from hermes_actors.runtime.queueing import Queued, SessionQueue
+from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.services import Services
-from hermes_actors.runtime.turn import RunningTurn, TurnOutcome, run_turn
+from hermes_actors.runtime.session_core import (
+    INTERRUPT_ACK,
+    NEW_SESSION,
+    NEW_SESSION_CUT,
+    NOTHING_TO_STOP,
+    QUEUE_FULL,
+    QUEUE_USAGE,
+    QUEUED_ACK,
+    STOPPED,
+    AnswerStatus,
+    CancelDelegations,
+    Consume,
+    Context,
+    DrainResult,
+    GetStatistics,
+    IdleCheck,
+    Inbound,
+    InboundAnswer,
+    Interrupt,
+    InterruptTurn,
+    Kick,
+    Notify,
+    Refuse,
+    ResetDone,
+    ResetSession,
+    Retire,
+    SessionCore,
+    SessionStatistics,
+    StartTurn,
+    StopAccepting,
+    TurnDone,
+    TurnFinished,
+    Warn,
+    settled_event_ids,
+)
+from hermes_actors.runtime.turn import RunningTurn, run_turn
 
 __all__ = [
-    "Inbound",
-    "InboundAnswer",
-    "IdleCheck",
-    "Kick",
-    "SessionActor",
-    "SessionStatistics",
-    "StopAccepting",
-    "InterruptTurn",
-    "TurnDone",
-    "GetStatistics",
-    "DrainResult",
+    "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
+    "QUEUE_FULL", "QUEUE_USAGE", "STOPPED",
+    "DrainResult", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer",
+    "InterruptTurn", "Kick", "SessionActor", "SessionStatistics", "StopAccepting",
+    "TurnDone", "format_duration",
 ]
 
 log = logging.getLogger("hermes_actors.session")
-
-INTERRUPT_ACK = "⚡ Interrupting the current turn."
-QUEUED_ACK = "Queued for the next turn."
-QUEUE_USAGE = "Usage: /queue <prompt>"
-QUEUE_FULL = (
-    "Queue full ({} waiting): this message was not queued. Wait for the current turn, "
-    "or send /stop."
-)
-STOPPED = "Stopped"
-NOTHING_TO_STOP = "No active task to stop"
-NEW_SESSION = "✨ Started a new session."
-#: ``/new`` or ``/reset`` that cut a running turn says so.
-NEW_SESSION_CUT = "✨ Started a new session. The running turn was stopped."
-
-
-@dataclass(frozen=True)
-class Inbound:
-    """A submitted event for this session; answered with an :class:`InboundAnswer`."""
-
-    event: MessageEvent
-    #: The sender can hand a refusal back to its client (HTTP): an event the queue cannot
-    #: take is then answered with the refusal text instead of a notice, and left unconsumed
-    #: for the sender to withdraw.
-    refusable: bool = False
-
-
-class InboundAnswer(NamedTuple):
-    """What became of an :class:`Inbound` event."""
-
-    #: The refusal text (the queue-full notice) when a refusable event was not taken.
-    refused: str | None
-    #: ``queue_depth`` after the event was handled.
-    queue_depth: int
-
-
-@dataclass(frozen=True)
-class TurnDone:
-    """The worker of turn ``turn_id`` finished."""
-
-    turn_id: int
-    outcome: TurnOutcome
-
-
-@dataclass(frozen=True)
-class IdleCheck:
-    """Housekeeping: stop if idle for ``idle_secs``; interrupt a turn older than
-    ``turn_timeout`` (the agent timeout)."""
-
-    idle_secs: float
-    turn_timeout: float | None = None
-
-
-@dataclass(frozen=True)
-class Kick:
-    """Try again to start queued work (an adapter may have reconnected)."""
-
-
-@dataclass(frozen=True)
-class StopAccepting:
-    """Drain: start no new turn; answers whether a turn is still running."""
-
-
-@dataclass(frozen=True)
-class InterruptTurn:
-    """Interrupt the running turn (drain deadline); answers whether one was running."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    """Answered with the status of the turn a drain interrupted (``"running"`` while it
-    still runs), or ``None`` when the drain interrupted nothing here."""
-
-
-@dataclass(frozen=True)
-class GetStatistics:
-    """Answered with a :class:`SessionStatistics`."""
-
-
-class SessionStatistics(NamedTuple):
-    """A snapshot of one session actor."""
-
-    #: The routing key.
-    session_key: str
-    #: ``queue_depth`` of §8.
-    queue_depth: int
-    #: Whether a turn runs now.
-    running: bool
-    #: Whether the running turn was asked to stop.
-    interrupting: bool
-    #: Monotonic clock reading of the last message or turn end.
-    last_activity: float
-    #: Turns finished by this actor incarnation.
-    turns: int
-
-
-_turn_ids = itertools.count(1)
 
 
 class SessionActor(LightActor):
@@ -146,17 +78,18 @@ class SessionActor(LightActor):
         super().__init__()
         self.session_key = session_key
         self._s = services
-        self.queue = SessionQueue()
-        self.running: RunningTurn | None = None
-        self._accepting = True
+        self.core = SessionCore(session_key, services.config.busy_input_mode,
+                                services.config.queue_max, services.clock.monotonic())
+        #: The running turn's handle (its worker, its agent), or ``None``.
+        self._turn: RunningTurn | None = None
         self._holding = False
-        self._acked_interrupt = False
-        self._turns = 0
-        self._warned_unreachable = False
-        self._drain_status: str | None = None
         #: The queue depth last added to ``services.queued``.
         self._reported_depth = 0
-        self._last_activity = services.clock.monotonic()
+
+    @property
+    def queue(self) -> Any:
+        """The session's queue (the core's)."""
+        return self.core.queue
 
     # -- mailbox --------------------------------------------------------------------------
 
@@ -174,259 +107,162 @@ class SessionActor(LightActor):
     def on_stop(self) -> None:
         self._release_busy()
         self._report_depth(0)
-        if self.running is not None:
-            self.running = None
+        if self._turn is not None:
+            self._turn = None
             self._s.turns.done()
 
     def on_failure(self, exception_type, exception_value, traceback) -> None:
         self.on_stop()
 
+    def _context(self) -> Context:
+        services, turn = self._s, self._turn
+        return Context(
+            now=services.clock.monotonic(),
+            stopping=services.stopping.is_set(),
+            can_send=services.delivery.can_send,
+            has_delegations=lambda: services.delegations.stoppable(self.session_key) > 0,
+            turn_settled=turn is not None and turn.settled,
+        )
+
     def _dispatch(self, message: Any) -> Any:
+        if isinstance(message, TurnDone):
+            self._turn_done(message)
+        reaction = self.core.handle(message, self._context())
+        effects = reaction.effects
         if isinstance(message, Inbound):
-            self._last_activity = self._s.clock.monotonic()
-            refused = self._on_event(message.event, message.refusable)
-            return InboundAnswer(refused, self.queue.depth)
-        elif isinstance(message, TurnDone):
-            self._on_turn_done(message)
-        elif isinstance(message, IdleCheck):
-            return self._on_idle_check(message)
-        elif isinstance(message, Kick):
-            self._maybe_start()
-        elif isinstance(message, GetStatistics):
-            return self.statistics()
-        elif isinstance(message, StopAccepting):
-            self._accepting = False
-            return self.running is not None
-        elif isinstance(message, InterruptTurn):
-            if self.running is None:
-                return False
-            self._drain_status = "running"
-            self.running.interrupt(message.reason)
-            return True
-        elif isinstance(message, DrainResult):
-            return self._drain_status
-        return None
+            self._check_handled(message.event, effects)
+        retired = None
+        for effect in effects:
+            if isinstance(effect, Retire):
+                retired = self._retire()
+            else:
+                self._carry_out(effect)
+        if isinstance(message, IdleCheck):
+            return bool(retired)
+        return reaction.answer
+
+    def _check_handled(self, event: MessageEvent, effects: list) -> None:
+        """Every accepted event ends queued or consumed; one that did not would replay at
+        every start."""
+        queued = {i for item in self.core.queue.items() for i in item.event_ids}
+        if event.event_id in queued or event.event_id in settled_event_ids(effects):
+            return
+        log.error("event %s was neither queued nor answered (session_key=%s); consuming it "
+                  "as unhandled", event.event_id, self.session_key)
+        effects.append(Consume((event.event_id,), "unhandled"))
 
     def statistics(self) -> SessionStatistics:
         """A snapshot record of this actor."""
-        return SessionStatistics(
-            session_key=self.session_key,
-            queue_depth=self.queue.depth,
-            running=self.running is not None,
-            interrupting=bool(self.running and self.running.interrupted.is_set()),
-            last_activity=self._last_activity,
-            turns=self._turns,
-        )
+        return self.core.statistics()
 
-    # -- events ---------------------------------------------------------------------------
+    # -- effects --------------------------------------------------------------------------
 
-    def _on_event(self, event: MessageEvent, refusable: bool = False) -> str | None:
-        """Handle one event; returns the refusal text when a refusable event is refused."""
-        command = event.command
-        refused = None
-        if command is not None and command.name == "queue":
-            refused = self._cmd_queue(event, command.args, refusable)
-        elif command is not None:
-            self._COMMANDS[command.name](self, event, command.args)
-        elif event.internal:
-            self.queue.enqueue_fifo(Queued.of(event, "internal"))
-        elif self.running is None and not self.queue:
-            self.queue.enqueue_fifo(Queued.of(event, "followup"))
-        elif event.metadata.get("replayed"):
-            self._enqueue_replayed(event)
-        elif self._s.config.busy_input_mode == "interrupt" or (
-            event.message_type == MessageType.PHOTO
-        ):
-            self._followup_interrupt(event)
-        else:
-            # Queue mode: FIFO like /queue, but still a follow-up (§17.43: /stop drops it).
-            refused = self._enqueue_capped(Queued.of(event, "followup"), event, refusable)
-        self._maybe_start()
-        return refused
+    def _carry_out(self, effect: Any) -> None:
+        services = self._s
+        if isinstance(effect, Notify):
+            self._notify(effect.event, effect.text, effect.consume)
+        elif isinstance(effect, Consume):
+            services.store.consume_events(list(effect.event_ids), effect.reason)
+        elif isinstance(effect, StartTurn):
+            self._start_turn(effect)
+        elif isinstance(effect, Interrupt):
+            if self._turn is not None:
+                self._turn.interrupt(effect.reason)
+        elif isinstance(effect, CancelDelegations):
+            services.delegations.cancel(self.session_key)
+        elif isinstance(effect, ResetSession):
+            self._in_worker(lambda: self._reset(effect), "reset")
+        elif isinstance(effect, AnswerStatus):
+            self._in_worker(lambda: self._answer_status(effect), "status")
+        elif isinstance(effect, Refuse):
+            pass  # the sender answers its client and withdraws the event
+        elif isinstance(effect, Warn):
+            log.warning("%s", effect.text)
+        elif isinstance(effect, TurnFinished):
+            services.turn_counters.finished(effect.status, effect.seconds)
+            log.debug("turn finished session_key=%s status=%s seconds=%.3f",
+                      self.session_key, effect.status, effect.seconds)
+        else:  # pragma: no cover - every effect type is handled above
+            raise TypeError(f"unknown effect {effect!r}")
 
-    def _enqueue_replayed(self, event: MessageEvent) -> None:
-        # Replayed after a restart: it was already waiting before, so it queues behind the
-        # running turn (merging like a follow-up in interrupt mode) and interrupts nothing.
-        if self._s.config.busy_input_mode == "interrupt":
-            self.queue.merge_followup(Queued.of(event, "followup"))
-        else:
-            self.queue.enqueue_fifo(Queued.of(event, "followup"))
+    def _start_turn(self, start: StartTurn) -> None:
+        turn = RunningTurn(start.turn_id, start.item, started=self._s.clock.monotonic())
+        self._turn = turn
+        self._s.turns.add()
+        ref = self.actor_ref
+        services, key = self._s, self.session_key
 
-    def _followup_interrupt(self, event: MessageEvent) -> None:
-        self.queue.merge_followup(Queued.of(event, "followup"))
-        if self.running is None or self._s.config.busy_input_mode != "interrupt":
-            return
-        if self.running.settled:
-            return  # its answer is already out: this simply runs next, nothing to interrupt
-        if not self._acked_interrupt:
-            self._acked_interrupt = True
-            self._notify(event, INTERRUPT_ACK)
-        self.running.interrupt(event.text)
+        def work() -> None:
+            outcome = run_turn(services, key, turn)
+            try:
+                ref.tell(TurnDone(turn.id, outcome.status))
+            except pykka.ActorDeadError:
+                log.warning("turn finished after its actor stopped key=%s", key)
 
-    def _enqueue_capped(self, item: Queued, event: MessageEvent,
-                        refusable: bool = False) -> str | None:
-        depth = self.queue.depth
-        if depth >= self._s.config.queue_max:
-            if refusable:
-                return QUEUE_FULL.format(depth)  # the sender answers it and withdraws it
-            self._notify(event, QUEUE_FULL.format(depth), consume="rejected")
-            return None
-        self.queue.enqueue_fifo(item)
-        if event.metadata.get("replayed"):
-            return None  # acknowledged before the restart already
-        depth = self.queue.depth
-        self._notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)")
-        return None
+        spawn(work, f"turn-{turn.id}")
 
-    # -- commands -------------------------------------------------------------------------
+    def _turn_done(self, message: TurnDone) -> None:
+        if self._turn is not None and self._turn.id == message.turn_id:
+            self._turn = None
+            self._s.turns.done()
 
-    def _cmd_queue(self, event: MessageEvent, prompt: str, refusable: bool = False
-                   ) -> str | None:
-        if not prompt and not event.media_urls:
-            self._notify(event, QUEUE_USAGE, consume="command")
-            return None
-        item = Queued(event.with_text(prompt), "queued", (event.event_id,))
-        if self.running is None and not self.queue:
-            self.queue.enqueue_fifo(item)
-            return None
-        return self._enqueue_capped(item, event, refusable)
+    def _retire(self) -> bool:
+        if self._s.try_retire(self.session_key, self.actor_ref, self.actor_inbox.empty):
+            self.stop()
+            return True
+        return False
 
-    def _cmd_stop(self, event: MessageEvent, _args: str) -> None:
-        running = self.running is not None
-        if running:
-            self.running.interrupt("/stop")
-        dropped = self.queue.discard_followup()
-        if dropped is not None:
-            self._consume(*dropped.event_ids, reason="dropped")
-        stopped = self._s.delegations.cancel(self.session_key)
-        self._notify(event, STOPPED if running or stopped else NOTHING_TO_STOP,
-                     consume="command")
+    def _in_worker(self, work: Any, name: str) -> None:
+        """Run slow ``work`` off the mailbox, counted as outstanding until it ends."""
+        tracker = self._s.tracker
+        tracker.add()
 
-    def _cmd_new(self, event: MessageEvent, _args: str) -> None:
-        cut = self.running is not None and not self.running.settled
-        if self.running is not None:
-            self.running.interrupt("/new")
-        dropped = self.queue.clear_human()
-        ids = [i for item in dropped for i in item.event_ids]
-        if ids:
-            self._consume(*ids, reason="dropped")
-        self._s.delegations.cancel(self.session_key)
+        def run() -> None:
+            try:
+                work()
+            except Exception:  # noqa: BLE001 - logged; the unit is released regardless
+                log.exception("%s failed session_key=%s", name, self.session_key)
+            finally:
+                tracker.done()
+
+        spawn(run, name)
+
+    def _reset(self, effect: ResetSession) -> None:
+        """The worker of ``/new``: reset in the store, discard the agent, report back."""
+        store, error = self._s.store, None
+        try:
+            if store.reset_session(self.session_key) is None:
+                store.get_or_create_session(effect.event.source, force_new=True)
+            self._track(self._s.cache.discard(self.session_key))
+        except Exception as exc:  # noqa: BLE001 - the user is told; the old session goes on
+            log.exception("reset failed session_key=%s", self.session_key)
+            error = type(exc).__name__
+        try:
+            self.actor_ref.tell(ResetDone(effect.event, effect.cut, error))
+        except pykka.ActorDeadError:
+            log.warning("reset finished after its actor stopped key=%s", self.session_key)
+
+    def _answer_status(self, effect: AnswerStatus) -> None:
+        """The worker of ``/status``: the entry and the transcript count are store reads."""
         store = self._s.store
-        if store.reset_session(self.session_key) is None:
-            store.get_or_create_session(event.source, force_new=True)
-        self._track(self._s.cache.discard(self.session_key))
-        self._notify(event, NEW_SESSION_CUT if cut else NEW_SESSION, consume="command")
-
-    def _cmd_status(self, event: MessageEvent, _args: str) -> None:
-        entry = self._s.store.get(self.session_key)
+        entry = store.get(self.session_key)
         lines = [f"Session: {entry.session_id if entry else '(none yet)'}"]
-        lines.append(f"Queue depth: {self.queue.depth}")
-        if self.running is None:
+        try:
+            count = store.message_count(entry.session_id) if entry is not None else 0
+            lines.append(f"Messages: {count}")
+        except Exception:  # noqa: BLE001 - the rest of the status is still worth sending
+            log.exception("message count failed session_key=%s", self.session_key)
+        lines.append(f"Queue depth: {effect.queue_depth}")
+        if effect.running_for is None:
             lines.append("Turn: idle")
         else:
-            ran = self._s.clock.monotonic() - self.running.started
-            lines.append(f"Turn: running for {format_duration(ran)}")
+            lines.append(f"Turn: running for {format_duration(effect.running_for)}")
         if entry is not None:
             if entry.resume_pending:
                 lines.append(f"Resume pending: {entry.resume_reason or 'yes'}")
             if entry.suspended:
                 lines.append("Suspended: the next message starts a new session")
-        session_id = entry.session_id if entry is not None else None
-        store, tracker = self._s.store, self._s.tracker
-
-        def answer() -> None:
-            # The transcript count is a store read: done here, not in the mailbox.
-            try:
-                count = store.message_count(session_id) if session_id else 0
-                lines.insert(1, f"Messages: {count}")
-            except Exception:  # noqa: BLE001 - the rest of the status is still worth sending
-                log.exception("message count failed session_key=%s", self.session_key)
-            finally:
-                try:
-                    self._notify(event, "\n".join(lines), consume="command")
-                finally:
-                    tracker.done()
-
-        tracker.add()
-        spawn(answer, "status")
-
-    def _cmd_help(self, event: MessageEvent, _args: str) -> None:
-        self._notify(event, help_text(), consume="command")
-
-    #: Command name -> handler (``/queue`` is handled apart: it can be refused).
-    _COMMANDS = {
-        "new": _cmd_new,
-        "reset": _cmd_new,
-        "stop": _cmd_stop,
-        "status": _cmd_status,
-        "help": _cmd_help,
-    }
-
-    # -- turns ----------------------------------------------------------------------------
-
-    def _maybe_start(self) -> None:
-        if self.running is not None or not self._accepting or self._s.stopping.is_set():
-            return
-        item = self.queue.take_next()
-        if item is None:
-            return
-        if not self._s.delivery.can_send(item.event.source.platform):
-            self.queue.put_back(item)  # stays queued until an adapter can take it
-            if not self._warned_unreachable:
-                self._warned_unreachable = True
-                log.warning("no connected adapter for platform=%s: session_key=%s keeps %d "
-                            "event(s) queued", item.event.source.platform, self.session_key,
-                            self.queue.depth)
-            return
-        self._warned_unreachable = False
-        turn = RunningTurn(next(_turn_ids), item, started=self._s.clock.monotonic())
-        self.running = turn
-        self._s.turns.add()
-        self._acked_interrupt = False
-        ref = self.actor_ref
-
-        def work() -> None:
-            outcome = run_turn(self._s, self.session_key, turn)
-            try:
-                ref.tell(TurnDone(turn.id, outcome))
-            except pykka.ActorDeadError:
-                log.warning("turn finished after its actor stopped key=%s", self.session_key)
-
-        spawn(work, f"turn-{turn.id}")
-
-    def _on_turn_done(self, message: TurnDone) -> None:
-        if self.running is None or self.running.id != message.turn_id:
-            return
-        turn, self.running = self.running, None
-        self._s.turns.done()
-        now = self._s.clock.monotonic()
-        status = message.outcome.status
-        if status != "skipped":
-            self._s.turn_counters.finished(status, now - turn.started)
-            log.debug("turn finished session_key=%s status=%s seconds=%.3f", self.session_key,
-                      status, now - turn.started)
-        if self._drain_status == "running":
-            self._drain_status = status
-        self._turns += 1
-        self._last_activity = now
-        self._maybe_start()
-
-    def _on_idle_check(self, check: IdleCheck) -> bool:
-        now = self._s.clock.monotonic()
-        turn = self.running
-        if turn is not None and check.turn_timeout is not None:
-            if now - turn.started >= check.turn_timeout:
-                log.warning("turn timed out session_key=%s after=%.0fs", self.session_key,
-                            now - turn.started)
-                turn.interrupt("timeout")
-        if turn is not None or self.queue:
-            return False
-        if now - self._last_activity < check.idle_secs:
-            return False
-        if self._s.try_retire(self.session_key, self.actor_ref, self.actor_inbox.empty):
-            self.stop()
-            return True
-        return False
+        self._notify(effect.event, "\n".join(lines), "command")
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -454,19 +290,14 @@ class SessionActor(LightActor):
 
         spawn(wait, "handoff")
 
-    def _consume(self, *event_ids: str, reason: str) -> None:
-        ids = [i for i in event_ids if i]
-        if ids:
-            self._s.store.consume_events(ids, reason)
-
     def _report_depth(self, depth: int) -> None:
         if depth != self._reported_depth:
             self._s.queued.add(depth - self._reported_depth)
             self._reported_depth = depth
 
     def _sync_busy(self) -> None:
-        self._report_depth(self.queue.depth)
-        busy = self.running is not None or bool(self.queue)
+        self._report_depth(self.core.queue.depth)
+        busy = self.core.busy
         if busy and not self._holding:
             self._s.tracker.add()
             self._holding = True
