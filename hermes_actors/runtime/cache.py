@@ -8,7 +8,10 @@ mid-turn is never released. Three passes release agents, each planned by a pure 
 housekeeping.
 
 Evictions are soft: ``commit_memory(transcript)`` when the agent has it, then
-``release_clients()``, then the object is dropped. An evicted agent is never reused; the next
+``release_clients()``, then the object is dropped. These calls, and ``close()``, are agent
+code of unknown speed (a transcript read, a browser ending): the actor decides, and its
+:class:`~hermes_actors.runtime.errands.Errands` worker makes the calls in order, off the
+mailbox. A caller told "done" (``on_done``) hears it after its errands ran. An evicted agent is never reused; the next
 turn gets a fresh one from the agent factory, which rebuilds history from the store
 (§17.30). ``close()`` happens only at real boundaries: ``discard`` (``/new``, ``/reset``) and
 ``close_all`` (shutdown). ``close()`` is not an agent's thread-safe call (``interrupt`` is),
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hermes_actors._green.actor import LightActor
+from hermes_actors.runtime.errands import Errands
 from hermes_actors.runtime.eviction import (
     IN_USE,
     PRESSURE_CHECK_GROWTH_BYTES,
@@ -154,6 +158,11 @@ class AgentCacheActor(LightActor):
         self._warned = False
         self._probe_failed = False
         self._budget = self._resolve_budget()
+        self._errands = Errands()
+
+    def on_stop(self) -> None:
+        """Let the errands handed over run, then stop their worker."""
+        self._errands.stop()
 
     def on_receive(self, message: Any) -> Any:
         """The turn path's plain messages: :class:`Checkout` and :class:`Checkin`."""
@@ -205,7 +214,7 @@ class AgentCacheActor(LightActor):
             self._checkin(session_key, session_id, agent, persisted)
         finally:
             if on_done is not None:
-                on_done()
+                self._errands.run(on_done)
 
     def _checkin(self, session_key: str, session_id: str, agent: Any,
                  persisted: bool | None) -> None:
@@ -260,16 +269,19 @@ class AgentCacheActor(LightActor):
 
     # -- boundaries -----------------------------------------------------------------------
 
-    def discard(self, session_key: str) -> bool:
+    def discard(self, session_key: str,
+                on_done: Callable[[], None] | None = None) -> bool:
         """Close and forget the session's agent (``/new``, ``/reset``); False if none.
 
         An agent mid-turn is closed when its turn checks it in, never cached again.
+        ``on_done()`` is called once the close (if any) ran.
         """
         slot = self._slots.pop(session_key, None)
-        if slot is None:
-            return False
-        self._retire(session_key, slot)
-        return True
+        if slot is not None:
+            self._retire(session_key, slot)
+        if on_done is not None:
+            self._errands.run(on_done)
+        return slot is not None
 
     def close_all(self) -> int:
         """Close every agent, cached or retired (shutdown); returns how many were closed.
@@ -288,7 +300,13 @@ class AgentCacheActor(LightActor):
                 self._close("(retired)", retired.agent)
                 retired.closed = True
                 count += 1
+        self._errands.settle()  # shutdown waits for the agents to be closed
         return count
+
+    def settle(self) -> None:
+        """Wait until the releases and closes decided so far have been carried out (tests,
+        operators)."""
+        self._errands.settle()
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -380,11 +398,13 @@ class AgentCacheActor(LightActor):
             return 0
         self._warned = False
         released = self._apply(plan, "memory")
-        malloc_trim()
-        after = self._measure()
-        log.info("memory pass released %d agents: anon %.0f MB -> %s MB (budget %.0f MB)",
-                 released, anon / MB, "?" if after is None else f"{after / MB:.0f}",
-                 budget / MB)
+
+        def trimmed() -> None:  # after the releases, so the freed arenas go back to the OS
+            malloc_trim()
+            log.info("memory pass released %d agents: anon %.0f MB (budget %.0f MB)",
+                     released, anon / MB, budget / MB)
+
+        self._errands.run(trimmed)
         return released
 
     def _apply(self, plan: EvictionPlan, reason: str) -> int:
@@ -396,12 +416,16 @@ class AgentCacheActor(LightActor):
         """Soft release: commit the transcript to memory, release clients, drop the agent."""
         slot = self._slots.pop(session_key)
         self._evictions[reason] += 1
-        agent = slot.agent
-        commit = getattr(agent, "commit_memory", None)
-        if callable(commit) and self._load_transcript is not None:
-            call_agent("commit_memory", session_key,
-                       lambda: commit(self._load_transcript(slot.session_id)))
-        call_agent("release_clients", session_key, agent.release_clients)
+        agent, load = slot.agent, self._load_transcript
+
+        def release() -> None:
+            commit = getattr(agent, "commit_memory", None)
+            if callable(commit) and load is not None:
+                call_agent("commit_memory", session_key,
+                           lambda: commit(load(slot.session_id)))
+            call_agent("release_clients", session_key, agent.release_clients)
+
+        self._errands.run(release)
         log.debug("evicted session_key=%s reason=%s", session_key, reason)
 
     def _retire(self, session_key: str, slot: _Slot) -> None:
@@ -413,4 +437,4 @@ class AgentCacheActor(LightActor):
 
     def _close(self, session_key: str, agent: Any) -> None:
         self._closed += 1
-        call_agent("agent close", session_key, agent.close)
+        self._errands.run(lambda: call_agent("agent close", session_key, agent.close))

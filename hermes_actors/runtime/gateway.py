@@ -470,6 +470,7 @@ class Gateway:
         cache = self._services.cache
         cache.sweep_idle().get()
         cache.sweep_memory().get()
+        cache.settle().get()  # the releases run off the cache's mailbox: the pass ends with them
         self._supervisor.sweep_ledger().get()
         if self._schedule.take_prune(now):
             pruned = self.store.prune_stale_entries(self.config.session_store_max_age_days)

@@ -233,7 +233,13 @@ class SessionActor(LightActor):
         try:
             if store.reset_session(self.session_key) is None:
                 store.get_or_create_session(effect.event.source, force_new=True)
-            self._track(self._s.cache.discard(self.session_key))
+            tracker = self._s.tracker
+            tracker.add()  # until the cache's errands closed the agent
+            try:
+                self._s.cache.discard(self.session_key, on_done=tracker.done)
+            except Exception:
+                tracker.done()
+                raise
         except Exception as exc:  # noqa: BLE001 - the user is told; the old session goes on
             log.exception("reset failed session_key=%s", self.session_key)
             error = type(exc).__name__
@@ -273,22 +279,6 @@ class SessionActor(LightActor):
         self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}",
                              consume=(event.event_id,) if consume else (), reason=consume,
                              in_reply_to=(event.event_id,))
-
-    def _track(self, future: pykka.Future) -> None:
-        """Count work handed to another actor (an agent's close) until it finishes, without
-        waiting for it here: wait_idle() then covers it."""
-        tracker = self._s.tracker
-        tracker.add()
-
-        def wait() -> None:
-            try:
-                future.get(timeout=120)
-            except Exception:  # noqa: BLE001 - logged; the unit must be released regardless
-                log.exception("handed-off work failed session_key=%s", self.session_key)
-            finally:
-                tracker.done()
-
-        spawn(wait, "handoff")
 
     def _report_depth(self, depth: int) -> None:
         if depth != self._reported_depth:

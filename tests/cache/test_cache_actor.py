@@ -63,7 +63,7 @@ class Cache:
     def __init__(self, limit_mb: float | None = None, **settings) -> None:
         self.clock = FakeClock()
         self.probe = FakeMemoryProbe(anon_mb=0.0, limit_mb=limit_mb)
-        self.calls: list = []
+        self._calls: list = []
         #: The routing the cache consults: session key -> current session id (a key not
         #: here is unknown).
         self.current: dict[str, str] = {}
@@ -74,8 +74,15 @@ class Cache:
         )
         self.proxy = self.ref.proxy()
 
+    @property
+    def calls(self) -> list:
+        """The agents' lifecycle calls, once the cache's errands have run (the calls leave
+        the cache's mailbox: it decides, its errand worker calls)."""
+        self.proxy.settle().get()
+        return self._calls
+
     def agent(self, name: str, cls: type = FakeAgent) -> FakeAgent:
-        return cls(name, self.calls)
+        return cls(name, self._calls)
 
     def put(self, key: str, agent: FakeAgent | None = None, *, sid: str | None = None,
             persisted: bool = True) -> FakeAgent:
@@ -379,8 +386,8 @@ class TestBoundaries:
         done = threading.Event()
         seen: list = []
 
-        def on_done() -> None:
-            seen.append(list(c.calls))
+        def on_done() -> None:  # runs on the cache's errand worker: no settle() here
+            seen.append(list(c._calls))
             done.set()
 
         c.proxy.checkin.defer("b", "sid-b", c.agent("b"), persisted=True, on_done=on_done)
@@ -422,6 +429,7 @@ class TestBoundaries:
         with caplog.at_level(logging.ERROR, logger="hermes_actors.cache"):
             c.put("b", c.agent("b", BrokenAgent))  # a is evicted: commit and release raise
             c.proxy.discard("b").get()  # close raises
+            c.proxy.settle().get()  # the calls are the errand worker's
         messages = [r.getMessage() for r in caplog.records]
         assert any("commit_memory failed" in m for m in messages)
         assert any("release_clients failed" in m for m in messages)

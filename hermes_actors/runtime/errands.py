@@ -1,0 +1,47 @@
+"""``Errands``: slow effects of an actor, run in order off its mailbox.
+
+The agent cache decides in its mailbox which agents to release or close, but the calls
+themselves (``commit_memory`` reads a whole transcript from the store, ``close`` may end a
+browser) are agent code of unknown speed: they go to this one worker actor, which runs them
+in the order they were handed over. An actor waits for them only where it must
+(:meth:`Errands.settle`, e.g. at shutdown); a caller that needs to know when its own
+errands are done hands over a completion callback as the last errand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hermes_actors._green.actor import LightActor
+
+__all__ = ["Errands"]
+
+
+class _Worker(LightActor):
+    use_daemon_thread = True
+
+    def on_receive(self, message: Any) -> Any:
+        if message is not None:
+            message()
+        return None
+
+
+class Errands:
+    """One ordered worker for one actor's slow effects."""
+
+    def __init__(self) -> None:
+        self._ref = _Worker.start()
+
+    def run(self, errand: Callable[[], Any]) -> None:
+        """Run ``errand()`` after every errand handed over before it (it must not raise:
+        wrap agent code in ``call_agent``)."""
+        self._ref.tell(errand)
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until every errand handed over so far has run."""
+        self._ref.ask(None, timeout=timeout)
+
+    def stop(self) -> None:
+        """Stop the worker once the errands handed over so far have run."""
+        self._ref.stop(block=False)
