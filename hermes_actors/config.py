@@ -165,6 +165,7 @@ def _home_channels(key: str, value: Any) -> dict[str, HomeChannel]:
             raise _fail(sub, "a mapping with a chat_id", spec)
         chat_id = _opt_str(sub + ".chat_id", spec["chat_id"])
         name = _opt_str(sub + ".name", spec.get("name"))
+        assert chat_id is not None  # checked above
         out[str(platform).strip().lower()] = HomeChannel(chat_id, name)
     return out
 
@@ -468,6 +469,8 @@ def load_config(source: Any = None, *, env: Mapping[str, str] | None = None) -> 
 
 class _EnvValue(str):
     """A string from the environment that remembers its variable, for error messages."""
+
+    var: str
 
     def __new__(cls, var: str, raw: str) -> _EnvValue:
         obj = super().__new__(cls, raw)

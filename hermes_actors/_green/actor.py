@@ -38,6 +38,7 @@ class GreenFuture(pykka.Future):
             pass
         if not self._done.wait(timeout):
             raise pykka.Timeout(f"{timeout} seconds")
+        assert self._result is not None  # set before the event
         value, exc_info = self._result
         if exc_info is not None:
             exc_type, exc_value, exc_traceback = exc_info

@@ -145,8 +145,8 @@ class _Request:
         body to reuse the connection, an unbounded read; the answer says
         ``Connection: close`` instead. Only gevent's input object is touched.
         """
-        stream = self.environ.get("wsgi.input")
-        if not hasattr(stream, "send_100_continue_enabled"):
+        stream: Any = self.environ.get("wsgi.input")
+        if stream is None or not hasattr(stream, "send_100_continue_enabled"):
             return
         import gevent
 

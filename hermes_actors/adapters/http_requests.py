@@ -177,6 +177,13 @@ class InboundMessage:
         )
 
 
+def _required_id(data: Mapping[str, Any], name: str) -> str:
+    """:func:`_id` of a field that must be given."""
+    value = _id(data, name, required=True)
+    assert value is not None  # required: missing or empty raised
+    return value
+
+
 def _id(data: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
     """An id given as a string or a JSON integer (coerced, §17.50)."""
     if name not in data or data[name] is None:
@@ -240,7 +247,7 @@ def parse_message(data: Mapping[str, Any], *, platforms: Sequence[str]) -> Inbou
     ``thread_id``, ``chat_name``, ``message_id``, ``media_urls`` (list of strings),
     ``message_type`` (``text``, ``photo``, ``voice``, ``document``). Other keys are ignored.
     """
-    chat_id = _id(data, "chat_id", required=True)
+    chat_id = _required_id(data, "chat_id")
     if "text" not in data or data["text"] is None:
         raise RequestError(422, "missing required field 'text'")
     text = data["text"]
@@ -325,7 +332,7 @@ def parse_outbox_query(query: str, *, platforms: Sequence[str]) -> OutboxQuery:
     (a cursor, default 0, or ``latest``), ``wait`` (seconds, clamped to 0..60) and
     ``limit`` (1..1000, default 100)."""
     params = parse_query(query)
-    chat_id = _id(params, "chat_id", required=True)
+    chat_id = _required_id(params, "chat_id")
     platform = _platform(params.get("platform") or "webhook", platforms)
     raw_after = params.get("after", "").strip()
     if raw_after.lower() == "latest":

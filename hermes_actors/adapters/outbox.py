@@ -120,11 +120,11 @@ class Outbox:
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0 or self._closed:
                 return rows
+            def changed(seen: int = seen) -> bool:
+                return self._versions.get(chat, 0) != seen or self._closed
+
             with self._cond:
-                self._cond.wait_for(
-                    lambda seen=seen: self._versions.get(chat, 0) != seen or self._closed,
-                    timeout=remaining,
-                )
+                self._cond.wait_for(changed, timeout=remaining)
 
     def prune(self, max_age_days: float = DEFAULT_RETENTION_DAYS) -> int:
         """Delete rows older than ``max_age_days``; returns the count."""

@@ -39,6 +39,18 @@ class TurnRequest:
     __slots__ = ("session_key", "session_id", "message", "_history", "_load_history",
                  "context", "system_prompt", "internal", "media_urls", "_emit", "_delegate")
 
+    session_key: str
+    session_id: str
+    message: str
+    _history: list[dict[str, Any]] | None
+    _load_history: Callable[[], list[dict[str, Any]]] | None
+    context: SessionContext | None
+    system_prompt: str
+    internal: bool
+    media_urls: tuple[str, ...]
+    _emit: Callable[[dict[str, Any]], None] | None
+    _delegate: Callable[..., str] | None
+
     def __init__(
         self,
         session_key: str,
@@ -84,10 +96,12 @@ class TurnRequest:
     @property
     def history(self) -> list[dict[str, Any]]:
         """The persisted transcript before this turn, as §17.13 message dicts."""
-        if self._history is None:
+        history = self._history
+        if history is None:
             loaded = self._load_history() if self._load_history is not None else []
-            object.__setattr__(self, "_history", list(loaded))
-        return self._history
+            history = list(loaded)
+            object.__setattr__(self, "_history", history)
+        return history
 
     def emit(self, message: dict[str, Any]) -> None:
         """Persist an intermediate message (tool call, tool result) of this turn now."""

@@ -164,7 +164,9 @@ class OpenAIAgent:
     def _exchange(self, conn: http.client.HTTPConnection, body: bytes) -> tuple[int, str, bytes]:
         if conn.sock is None:
             conn.connect()
-            conn.sock.settimeout(self.timeout)
+            sock = conn.sock
+            assert sock is not None  # connect() set it
+            sock.settimeout(self.timeout)
         with self._lock:
             if self._interrupted.is_set():
                 raise _Interrupted

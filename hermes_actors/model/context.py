@@ -61,23 +61,38 @@ class HomeChannel(NamedTuple):
 
 
 class _WhatsAppSettings(Protocol):
-    lid_aliases: Mapping[str, str]
+    @property
+    def lid_aliases(self) -> Mapping[str, str]: ...
 
 
 class ContextSettings(Protocol):
     """What :func:`build_session_context` reads of the configuration (a ``GatewayConfig``
     has it all; the model does not depend on the config module)."""
 
-    #: §3: groups keep one session per participant.
-    group_sessions_per_user: bool
-    #: §3: threads keep one session per participant.
-    thread_sessions_per_user: bool
-    #: Platforms configured (connected by default when none are given).
-    platforms: Sequence[str]
-    #: ``platform -> HomeChannel``.
-    home_channels: Mapping[str, HomeChannel]
-    #: ``whatsapp.lid_aliases`` for WhatsApp keys.
-    whatsapp: _WhatsAppSettings
+    @property
+    def group_sessions_per_user(self) -> bool:
+        """§3: groups keep one session per participant."""
+        ...
+
+    @property
+    def thread_sessions_per_user(self) -> bool:
+        """§3: threads keep one session per participant."""
+        ...
+
+    @property
+    def platforms(self) -> Sequence[str]:
+        """Platforms configured (connected by default when none are given)."""
+        ...
+
+    @property
+    def home_channels(self) -> Mapping[str, HomeChannel]:
+        """``platform -> HomeChannel``."""
+        ...
+
+    @property
+    def whatsapp(self) -> _WhatsAppSettings:
+        """``whatsapp.lid_aliases`` for WhatsApp keys."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -140,12 +155,12 @@ def build_session_context(
     passes ``local`` plus its connected adapters). The key uses the config's per-user
     switches and WhatsApp aliases; id and timestamps come from ``session_entry`` when given.
     """
-    config = config if config is not None else _DefaultSettings()
-    connected = _connected(config, connected_platforms)
-    homes = {p: hc for p, hc in sorted(config.home_channels.items()) if p in connected}
+    settings: ContextSettings = config if config is not None else _DefaultSettings()
+    connected = _connected(settings, connected_platforms)
+    homes = {p: hc for p, hc in sorted(settings.home_channels.items()) if p in connected}
     switches = {
-        "group_sessions_per_user": config.group_sessions_per_user,
-        "thread_sessions_per_user": config.thread_sessions_per_user,
+        "group_sessions_per_user": settings.group_sessions_per_user,
+        "thread_sessions_per_user": settings.thread_sessions_per_user,
     }
     return SessionContext(
         source=source,
@@ -153,7 +168,7 @@ def build_session_context(
         home_channels=homes,
         shared_multi_user_session=is_shared_multi_user_session(source, **switches),
         session_key=build_session_key(
-            source, whatsapp_aliases=config.whatsapp.lid_aliases, **switches
+            source, whatsapp_aliases=settings.whatsapp.lid_aliases, **switches
         ),
         session_id=session_entry.session_id if session_entry else None,
         created_at=session_entry.created_at if session_entry else None,
@@ -198,7 +213,7 @@ def _shown_source(source: SessionSource, redact: bool) -> SessionSource:
     }
     if source.chat_id:
         hashed["chat_id"] = redact_chat_id(source.chat_id)
-    return replace(source, **hashed)
+    return replace(source, **hashed)  # type: ignore[arg-type]  # str fields only
 
 
 def _source_lines(shown: SessionSource) -> list[str]:

@@ -12,13 +12,15 @@ nothing behind for the next.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from json import encoder as _encoder
+from typing import Any
 
 __all__ = ["to_json"]
 
 _fallback = json.JSONEncoder(ensure_ascii=False)
-_make = getattr(_encoder, "c_make_encoder", None)
-_quote = getattr(_encoder, "c_encode_basestring", None)
+_make: Any = getattr(_encoder, "c_make_encoder", None)
+_quote: Any = getattr(_encoder, "c_encode_basestring", None)
 
 
 def _c_to_json(value: object) -> str:
@@ -30,4 +32,5 @@ def _c_to_json(value: object) -> str:
 
 
 #: ``json.dumps(value, ensure_ascii=False)``, faster (see the module doc).
-to_json = _c_to_json if _make is not None and _quote is not None else _fallback.encode
+to_json: Callable[[Any], str] = (_c_to_json if _make is not None and _quote is not None
+                                 else _fallback.encode)

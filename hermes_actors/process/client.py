@@ -122,6 +122,7 @@ def send(client: GatewayClient, options: SendOptions,
         out(f"accepted session_key={accepted['session_key']} event_id={accepted['event_id']} "
             f"queue_depth={accepted['queue_depth']}")
         return True
+    assert start is not None  # read before posting (wait is set)
     return _await_answer(client, options, accepted["session_key"], accepted["event_id"], start,
                          out)
 

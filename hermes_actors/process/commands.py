@@ -131,8 +131,9 @@ def default_url(http) -> str:
 def bench_command(args: argparse.Namespace) -> int:
     """``bench``: hand the remaining arguments to ``benchmarks.__main__.main(argv)``.
 
-    The harness ships with the source tree; when the installed package cannot find it (an
-    install made before it existed), a ``benchmarks`` folder in the working directory is used.
+    The harness is part of the repository, not of the installed package: it is found on
+    the path (``python -m benchmarks`` from a checkout), else in a ``benchmarks`` folder of
+    the working directory.
     """
     try:
         module = _import_harness()
@@ -140,8 +141,8 @@ def bench_command(args: argparse.Namespace) -> int:
         if exc.name not in ("benchmarks", "benchmarks.__main__"):
             raise
         raise UsageError(
-            "the benchmark harness is not installed (no 'benchmarks' package); "
-            "install hermes_actors from a source checkout: pip install -e ."
+            "the benchmark harness was not found (no 'benchmarks' package): run "
+            "'hermes-actors bench' from the root of a hermes_actors checkout"
         ) from None
     entry = getattr(module, "main", None)
     if not callable(entry):

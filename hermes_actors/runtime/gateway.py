@@ -132,6 +132,18 @@ class Gateway:
         self.stop()
 
     @property
+    def _live_router(self) -> SessionRouter:
+        if self._router is None:
+            raise HermesActorsError("the gateway is not started")
+        return self._router
+
+    @property
+    def _live_services(self) -> Services:
+        if self._services is None:
+            raise HermesActorsError("the gateway is not started")
+        return self._services
+
+    @property
     def store(self) -> SessionStore:
         """The session store (available once started)."""
         if self._store is None:
@@ -258,13 +270,14 @@ class Gateway:
             self._watcher.stop()
         timeout = self.config.restart_drain_timeout if drain_timeout is None else drain_timeout
         reason = "restart_timeout" if restarting else "shutdown_timeout"
+        services = self._live_services
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("drain", lambda: self._drain(timeout, reason)),
-            ("delegations", self._services.delegations.cancel_all),
-            ("actors", self._router.stop_all),
-            ("notices", self._services.notices.stop),
-            ("agents", lambda: self._services.cache.close_all().get(timeout=30)),
-            ("cache", lambda: self._services.cache.actor_ref.stop(timeout=10)),
+            ("delegations", services.delegations.cancel_all),
+            ("actors", self._live_router.stop_all),
+            ("notices", services.notices.stop),
+            ("agents", lambda: services.cache.close_all().get(timeout=30)),
+            ("cache", lambda: services.cache.actor_ref.stop(timeout=10)),
             ("mirror", self.store.flush),
             # the last write: the node's state lives in the store's backend
             ("marker", lambda: self._supervisor.write_clean_shutdown().get(timeout=30)),
@@ -283,7 +296,7 @@ class Gateway:
         self._home_lock.release()
 
     def _drain(self, timeout: float, reason: str) -> None:
-        router = self._router
+        router = self._live_router
         for future in router.broadcast(StopAccepting()):
             _get(future)
         interrupted: list[str] = []
@@ -386,8 +399,8 @@ class Gateway:
         self._tracker.add()
         try:
             if refusable:
-                return self._router.request(key, Inbound(event, refusable=True))
-            self._router.tell(key, Inbound(event))
+                return self._live_router.request(key, Inbound(event, refusable=True))
+            self._live_router.tell(key, Inbound(event))
             return None
         except Exception:
             self._tracker.done()
@@ -418,7 +431,7 @@ class Gateway:
         return self._router.ask(session_key, GetStatistics()) if self._router else None
 
     def _running_keys(self) -> list[str]:
-        futures = self._router.broadcast(GetStatistics())
+        futures = self._live_router.broadcast(GetStatistics())
         out = []
         for f in futures:
             s = _get(f)
@@ -427,7 +440,7 @@ class Gateway:
         return out
 
     def _has_active_processes(self, key: str) -> bool:
-        if self._services is None:
+        if self._services is None or self._router is None:
             return False
         if self._services.delegations.running(key):
             return True
@@ -437,7 +450,7 @@ class Gateway:
     def stats(self) -> dict[str, Any]:
         """Counters of the whole gateway (a plain dict, JSON-ready)."""
         out: dict[str, Any] = {"state": self._state}
-        if self._router is not None:
+        if self._router is not None and self._services is not None:
             out["live_sessions"] = len(self._router)
             out["actors_started"] = self._router.started
             out["actors_retired"] = self._router.retired
@@ -463,11 +476,12 @@ class Gateway:
         now = self.clock.monotonic()
         self._schedule.pass_done(now)
         check = IdleCheck(self.config.session_actor_idle_secs, self.config.agent.timeout)
-        for future in self._router.broadcast(check):
+        router = self._live_router
+        for future in router.broadcast(check):
             _get(future)
-        for future in self._router.broadcast(Kick()):
+        for future in router.broadcast(Kick()):
             _get(future)
-        cache = self._services.cache
+        cache = self._live_services.cache
         cache.sweep_idle().get()
         cache.sweep_memory().get()
         cache.settle().get()  # the releases run off the cache's mailbox: the pass ends with them

@@ -99,20 +99,21 @@ def plan_startup_dispatch(
     wakeups: list[tuple[str, MessageEvent]] = []
     resumed: list[str] = []
     for entry in candidates:
-        note = resume_note(entry.resume_reason)
+        assert entry.origin is not None  # auto_continue_candidates keeps only those
+        text = resume_note(entry.resume_reason)
         resumed.append(entry.session_key)
         if entry.session_key in waiting:
-            notes[entry.session_key] = note
+            notes[entry.session_key] = text
             continue
         wakeups.append((
             entry.session_key,
             MessageEvent(source=entry.origin, text="", internal=True,
-                         metadata={"recovery_note": note, "auto_continue": True}),
+                         metadata={"recovery_note": text, "auto_continue": True}),
         ))
     replay = []
     for key, event in pending:
         metadata = {**event.metadata, "replayed": True}
-        note = notes.pop(key, None) if _becomes_turn(event) else None
+        note: str | None = notes.pop(key, None) if _becomes_turn(event) else None
         if note is not None:
             metadata["recovery_note"] = note
         replay.append((key, replace(event, metadata=metadata)))

@@ -268,7 +268,7 @@ def _request_agent(services: Services, key: str, session_id: str) -> pykka.Futur
     try:
         return services.cache.actor_ref.ask(Checkout(key, session_id), block=False)
     except Exception:  # noqa: BLE001 - re-raised by the future's get()
-        failed = pykka.ThreadingFuture()
+        failed: pykka.Future = pykka.ThreadingFuture()
         failed.set_exception()
         return failed
 
@@ -326,7 +326,7 @@ def _settle(services: Services, key: str, session_id: str, token: str, item: Que
         # Recording what is owed and clearing the marker are one transaction: recovery never
         # finds a marker whose answer already sits in the ledger (no resume on top of it).
         row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True,
-                              reply=(session_id, persist) if merged else None,
+                              reply=(session_id, persist) if merged and persist else None,
                               in_reply_to=item.event_ids)
         if merged:
             crashpoint("after_reply_persisted")

@@ -44,13 +44,12 @@ __all__ = [
     "WithdrawEvent",
 ]
 
-#: Ops are records built on the hot path (a turn builds about ten of them): plain dataclasses,
-#: since a frozen one's ``__init__`` pays an ``object.__setattr__`` per field (``LedgerRecord``:
-#: 1.0 → 0.37 µs). Nothing changes an op once built; treat them as immutable.
-_record = dataclass
+# Ops are records built on the hot path (a turn builds about ten of them): plain dataclasses,
+# since a frozen one's ``__init__`` pays an ``object.__setattr__`` per field (``LedgerRecord``:
+# 1.0 → 0.37 µs). Nothing changes an op once built; treat them as immutable.
 
 
-@_record
+@dataclass
 class CreateSession:
     """Insert a ``sessions`` row (ignored when the id exists)."""
 
@@ -61,7 +60,7 @@ class CreateSession:
     parent_session_id: str | None = None
 
 
-@_record
+@dataclass
 class EndSession:
     """Close a ``sessions`` row once (an already ended row keeps its first reason)."""
 
@@ -70,7 +69,7 @@ class EndSession:
     ended_at: float
 
 
-@_record
+@dataclass
 class PutRouting:
     """Upsert one ``routing`` row: the entry of one session key (``entry``: its JSON text
     without the flags, serialised by the store before any I/O so a bad value fails the call,
@@ -87,7 +86,7 @@ class PutRouting:
     updated_at: float | None
 
 
-@_record
+@dataclass
 class SetRoutingFlags:
     """Set the flag columns of an existing ``routing`` row; its entry text stays (a turn's
     start and end, an activity bump)."""
@@ -101,14 +100,14 @@ class SetRoutingFlags:
     updated_at: float | None
 
 
-@_record
+@dataclass
 class DeleteRouting:
     """Remove routing rows (transcripts and ``sessions`` rows stay)."""
 
     session_keys: tuple[str, ...]
 
 
-@_record
+@dataclass
 class AppendMessage:
     """Append one normalised transcript message and bump the session's ``message_count``."""
 
@@ -118,7 +117,7 @@ class AppendMessage:
     is_reply: bool = False
 
 
-@_record
+@dataclass
 class AddTokens:
     """Add token usage to a ``sessions`` row; ``last_prompt_tokens`` replaces when given."""
 
@@ -128,7 +127,7 @@ class AddTokens:
     last_prompt_tokens: int | None = None
 
 
-@_record
+@dataclass
 class AcceptEvent:
     """Insert an inbound event into the durable inbox (idempotent by ``event_id``);
     ``payload`` is the JSON text of ``MessageEvent.to_dict()``. With an ``ingress_key``
@@ -144,7 +143,7 @@ class AcceptEvent:
     ingress_key: str | None = None
 
 
-@_record
+@dataclass
 class WithdrawEvent:
     """Delete an unconsumed inbox event (a message refused after it was made durable:
     nothing of it stays, so a retry of it is accepted)."""
@@ -152,7 +151,7 @@ class WithdrawEvent:
     event_id: str
 
 
-@_record
+@dataclass
 class ConsumeEvents:
     """Mark inbox events consumed (already consumed ones keep their first reason)."""
 
@@ -161,14 +160,14 @@ class ConsumeEvents:
     at: float
 
 
-@_record
+@dataclass
 class PruneInbox:
     """Delete consumed inbox rows consumed before ``before``; returns the count."""
 
     before: float
 
 
-@_record
+@dataclass
 class LedgerRecord:
     """Record a delivery obligation as ``pending`` (idempotent by ``obligation_id``)."""
 
@@ -184,7 +183,7 @@ class LedgerRecord:
     in_reply_to: str | None = None
 
 
-@_record
+@dataclass
 class LedgerClaim:
     """Claim an obligation for one sender, a gateway boot named by its node id and boot id;
     returns whether it was granted (:func:`~hermes_actors.store.ledger.claim_allowed`)."""
@@ -195,7 +194,7 @@ class LedgerClaim:
     at: float
 
 
-@_record
+@dataclass
 class LedgerFinish:
     """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown."""
 
@@ -205,7 +204,7 @@ class LedgerFinish:
     at: float
 
 
-@_record
+@dataclass
 class LedgerPrune:
     """Delete ``delivered``/``abandoned`` rows last updated before ``before``; returns count."""
 
@@ -215,7 +214,7 @@ class LedgerPrune:
 # -- outbox (replies read over HTTP, §17.32) ---------------------------------------------------
 
 
-@_record
+@dataclass
 class OutboxAppend:
     """Append a reply to the outbox; returns its cursor. ``floor`` is the highest cursor the
     caller has seen: a backend that numbers rows itself (degraded) continues above it."""
@@ -232,7 +231,7 @@ class OutboxAppend:
     in_reply_to: str | None = None
 
 
-@_record
+@dataclass
 class OutboxPrune:
     """Delete outbox rows created before ``before``; returns the count."""
 
@@ -242,7 +241,7 @@ class OutboxPrune:
 # -- the node's own state (§7: restart counting, the clean-shutdown marker) ------------------
 
 
-@_record
+@dataclass
 class NodeValue:
     """Set (``value``: JSON text) or, with ``None``, delete one named value of a node's state:
     ``clean_shutdown``, ``restart_counts``, ``restart_storm``."""

@@ -127,7 +127,7 @@ class TestBench:
         monkeypatch.delitem(sys.modules, "benchmarks.__main__", raising=False)
         assert main(["bench", "fifo"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("hermes-actors: error: the benchmark harness is not installed")
+        assert err.startswith("hermes-actors: error: the benchmark harness was not found")
 
 
 class TestUsage:

@@ -212,10 +212,11 @@ class FilesBackend:
     def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
         """:meth:`apply`, then ``callback(ok, results_or_error)`` (nothing to wait for)."""
         try:
-            value, ok = self.apply(ops), True
+            results = self.apply(ops)
         except Exception as exc:  # noqa: BLE001 - reported to the callback
-            value, ok = exc, False
-        callback(ok, value)
+            callback(False, exc)
+            return
+        callback(True, results)
 
     # -- identity ---------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ class MemoryLedger:
         """Apply one ledger operation; the results the SQL backends give."""
         if isinstance(op, LedgerRecord):
             if op.obligation_id not in self.rows:
-                row = dict.fromkeys(LEDGER_COLUMNS)
+                row: dict[str, Any] = dict.fromkeys(LEDGER_COLUMNS)
                 row.update(
                     obligation_id=op.obligation_id, session_key=op.session_key,
                     platform=op.platform, chat_id=op.chat_id, thread_id=op.thread_id,
@@ -114,21 +114,22 @@ class MemoryLedger:
                 self.rows[op.obligation_id] = row
             return None
         if isinstance(op, LedgerClaim):
-            row = self.rows.get(op.obligation_id)
-            if row is None or not ledger.claim_allowed(
-                    row["state"], row["owner_node"], row["owner_boot"],
+            claimed = self.rows.get(op.obligation_id)
+            if claimed is None or not ledger.claim_allowed(
+                    claimed["state"], claimed["owner_node"], claimed["owner_boot"],
                     claimer_node=op.owner_node, claimer_boot=op.owner_boot):
                 return False
-            row.update(state="attempting", attempts=row["attempts"] + 1,
-                       owner_node=op.owner_node, owner_boot=op.owner_boot, updated_at=op.at)
+            claimed.update(state="attempting", attempts=claimed["attempts"] + 1,
+                           owner_node=op.owner_node, owner_boot=op.owner_boot,
+                           updated_at=op.at)
             return True
         if isinstance(op, LedgerFinish):
-            row = self.rows.get(op.obligation_id)
-            if row is None:
+            finished = self.rows.get(op.obligation_id)
+            if finished is None:
                 return None
-            state = ledger.finish_state(op.state, attempts=row["attempts"],
-                                        created_at=row["created_at"], now=op.at)
-            row.update(state=state, last_error=op.error, updated_at=op.at)
+            state = ledger.finish_state(op.state, attempts=finished["attempts"],
+                                        created_at=finished["created_at"], now=op.at)
+            finished.update(state=state, last_error=op.error, updated_at=op.at)
             return state
         assert isinstance(op, LedgerPrune)
         old = [k for k, r in self.rows.items()

@@ -156,7 +156,8 @@ class MirrorWriter:
     """
 
     def __init__(
-        self, path: Path, document: Callable[[], dict[str, Any]], *, interval: float | None
+        self, path: Path, document: Callable[[], dict[str, Any] | str], *,
+        interval: float | None
     ) -> None:
         #: Where the mirror is written.
         self.path = path

@@ -143,8 +143,10 @@ def _run_jobs(jobs: list[_Job], counts: _Counters) -> None:
     while i < n:
         job = jobs[i]
         if job.group is None:
+            fn = job.fn
+            assert fn is not None  # a plain call has a function
             try:
-                job.value, job.ok = job.fn(), True
+                job.value, job.ok = fn(), True
             except BaseException as exc:  # re-raised in the caller
                 job.value = exc
             i += 1
@@ -315,6 +317,7 @@ class _GeventWorker:
         in_hub = self._native_ident() == self._hub_thread
         if not wait and not in_hub:  # callbacks run in the hub: wait here instead
             callback, job.callback = job.callback, None
+            assert callback is not None  # a call nobody waits for has one
             try:
                 value, ok = self.submit(job), True
             except Exception as exc:  # noqa: BLE001 - reported to the callback
@@ -381,6 +384,14 @@ class _InlineWorker:
     def waiting(self) -> int:
         """Nothing ever waits."""
         return 0
+
+    def submit(self, job: _Job, *, wait: bool = True) -> Any:
+        """Run ``job`` now, in the caller (which is always the worker here)."""
+        _run_jobs([job], self.counts)
+        if not wait:
+            _call_back([job])
+            return None
+        return job.outcome()
 
     def close(self) -> None:
         """Nothing to stop."""

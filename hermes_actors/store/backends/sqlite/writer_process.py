@@ -307,7 +307,7 @@ class WriterProcess:
             if self._closing and not self._pending:
                 return
 
-    def _from_other_thread(self, work: Callable[[Callable[[bool, Any], None]], None]
+    def _from_other_thread(self, work: Callable[[Callable[[bool, Any], None]], Any]
                            ) -> tuple[bool, Any]:
         """Run ``work(finished)`` in the hub (it must not block) and wait here until it
         calls ``finished(ok, value)``."""
