@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cachetools import LRUCache
+
 from hermes_actors.adapters.base import Outgoing, SendResult
 from hermes_actors.errors import HermesActorsError
 from hermes_actors.model.platform import normalize_platform
@@ -32,6 +34,8 @@ log = logging.getLogger("hermes_actors.outbox")
 
 #: Outbox rows older than this are pruned.
 DEFAULT_RETENTION_DAYS = 7.0
+#: How many chats' append counts the outbox remembers for its waiters.
+CHAT_VERSIONS = 100_000
 #: The ``kind`` of a text sent without the delivery's record (a direct ``send``).
 DEFAULT_KIND = "reply"
 
@@ -43,8 +47,9 @@ class Outbox:
         self._get_store = store
         self._cond = threading.Condition()
         #: Appends per chat, so a waiter sees a change since it read without a database read
-        #: for every append to some other chat.
-        self._versions: dict[tuple[str, str | None], int] = {}
+        #: for every append to some other chat. Bounded (LRU): a chat forgotten here only
+        #: wakes its waiters once for nothing (they read, find nothing new, wait again).
+        self._versions: LRUCache[tuple[str, str | None], int] = LRUCache(maxsize=CHAT_VERSIONS)
         self._high = 0
         self._closed = False
         #: Replies appended by this process.

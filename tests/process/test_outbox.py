@@ -107,6 +107,22 @@ class TestOutboxWaiting:
         thread.start()
         return thread, result
 
+    def test_a_bounded_chat_memory_loses_no_wake_up(self, tmp_path, clock, monkeypatch):
+        from hermes_actors.adapters import outbox as outbox_module
+
+        monkeypatch.setattr(outbox_module, "CHAT_VERSIONS", 1)
+        store = SessionStore(tmp_path / "bounded", clock=clock, mirror_interval=None)
+        try:
+            bounded = Outbox(lambda: store)
+            bounded.append(SessionSource("webhook", chat_id="42"), "first", kind="reply")
+            thread, result = self._wait_in_thread(bounded, after=bounded.head())
+            bounded.append(SessionSource("webhook", chat_id="43"), "other", kind="reply")
+            bounded.append(SessionSource("webhook", chat_id="42"), "late", kind="reply")
+            thread.join(30)
+            assert [r["text"] for r in result[0]] == ["late"]
+        finally:
+            store.close()
+
     def test_rows_present_return_at_once(self, outbox):
         cursor = outbox.append(SessionSource("webhook", chat_id="42"), "ready", kind="reply")
         assert [r["cursor"] for r in outbox.wait("webhook", "42", 0, timeout=30)] == [cursor]

@@ -257,3 +257,22 @@ class TestRoutingFlagColumns:
         assert "USING INDEX routing_flagged" in self._plan(path)
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+class TestBoundedMemory:
+    """What the writer remembers of sessions is bounded; forgetting costs one statement."""
+
+    def test_forgotten_sessions_still_count_their_messages(self, tmp_path, monkeypatch):
+        from hermes_actors.store.backends.sqlite import operations
+
+        monkeypatch.setattr(operations, "KNOWN_SESSIONS", 2)
+        db = SessionDB(tmp_path / "state.db")
+        try:
+            sids = [f"20231114_221320_0000000{n}" for n in range(5)]
+            for sid in sids:
+                db.apply([AppendMessage(sid, _msg("a"))])
+            db.apply([AppendMessage(sids[0], _msg("b"))])  # long forgotten by now
+            rows = {r["id"]: r["message_count"] for r in db.rows("sessions")}
+            assert rows == {sid: (2 if sid == sids[0] else 1) for sid in sids}
+        finally:
+            db.close()

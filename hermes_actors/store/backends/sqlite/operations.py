@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import peewee as pw
+from cachetools import LRUCache
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
@@ -45,7 +46,10 @@ from hermes_actors.store.ops import (
     WithdrawEvent,
 )
 
-__all__ = ["SqliteOps"]
+__all__ = ["KNOWN_SESSIONS", "SqliteOps"]
+
+#: How many session ids with a ``sessions`` row the writer remembers.
+KNOWN_SESSIONS = 100_000
 
 #: Keys per ``IN (...)`` list, well under SQLite's bound-parameter limit.
 _CHUNK = 500
@@ -148,8 +152,10 @@ class SqliteOps:
     def __init__(self, database: pw.Database, models: Models) -> None:
         self._db = database
         self._m = models
-        #: Session ids known to have a ``sessions`` row (saves a statement per append).
-        self._known: set[str] = set()
+        #: Session ids known to have a ``sessions`` row (saves a statement per append). An
+        #: LRU map of bounded size: it would otherwise grow with every session ever seen,
+        #: and forgetting an old id only costs one ``INSERT OR IGNORE`` at its next append.
+        self._known: LRUCache[str, bool] = LRUCache(maxsize=KNOWN_SESSIONS)
         self._known_in_txn: set[str] = set()
         self._handlers: dict[type, Callable[[Any], Any]] = {
             CreateSession: self._create_session,
@@ -182,7 +188,7 @@ class SqliteOps:
     def committed(self, ok: bool) -> None:
         """Tell the handlers whether the surrounding transaction committed."""
         if ok:
-            self._known |= self._known_in_txn
+            self._known.update(dict.fromkeys(self._known_in_txn, True))
         self._known_in_txn = set()
 
     # -- sessions and routing ---------------------------------------------------------------
