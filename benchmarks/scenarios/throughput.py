@@ -118,13 +118,11 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
         label = f"turns/s, {sessions:,} sessions x {messages}"
         value = rt["turns_per_s"]
         if size == "large":
+            # Absolute turns/s vary threefold between the machines this runs on; the share
+            # of the raw bound measured in the same run is the target.
             figures.append(figure("large", label, value, "turns/s", baseline=bound,
                                   baseline_label="raw sqlite3 bound",
-                                  target=Target(">=", 5000)))
-            figures.append(figure("large_vs_raw", "  share of the raw sqlite3 bound", value,
-                                  "turns/s", baseline=bound,
-                                  baseline_label="raw sqlite3 bound",
-                                  target=Target(">=", 0.25, on="ratio")))
+                                  target=Target(">=", 0.5, on="ratio")))
             figures.append(figure("large_vs_reference", "  vs the reference pattern", value,
                                   "turns/s", baseline=ref, baseline_label="reference",
                                   target=Target(">=", 50, on="ratio")))

@@ -16,9 +16,11 @@ body (``_Request.linger``), is skipped on other servers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,7 +42,7 @@ from hermes_actors.errors import HermesActorsError, StoreError
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.timeutil import from_epoch, isoformat
 
-__all__ = ["HttpApi", "make_server"]
+__all__ = ["HttpApi", "make_server", "no_delay"]
 
 log = logging.getLogger("hermes_actors.http")
 #: One line per answered request: method, path, status and milliseconds (a long poll's
@@ -354,13 +356,31 @@ def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def no_delay(sock: Any) -> None:
+    """Send small writes at once on ``sock`` (``TCP_NODELAY``; not a TCP socket: nothing).
+
+    gevent's server writes an answer's headers and its body in two ``send`` calls. With
+    Nagle's algorithm the body then waits for the client to acknowledge the headers, and a
+    client delays that acknowledgement by up to 40 ms hoping to piggyback it: every answer
+    on a kept-alive connection took ~44 ms (measured: ``benchmarks http``, 88 ms a turn).
+    """
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def make_server(app: HttpApi, host: str, port: int) -> Any:
     """A gevent ``WSGIServer`` for ``app`` bound to ``host:port`` (``port`` 0 picks a free
-    one: read ``server.server_port``). The application logs its own access lines
-    (``access_log``); server errors go to ``hermes_actors.http`` at ERROR."""
+    one: read ``server.server_port``); every accepted connection sends without delay
+    (:func:`no_delay`). The application logs its own access lines (``access_log``); server
+    errors go to ``hermes_actors.http`` at ERROR."""
     from gevent.pywsgi import LoggingLogAdapter, WSGIServer
 
-    server = WSGIServer(
+    class _Server(WSGIServer):
+        def handle(self, sock: Any, address: Any) -> Any:
+            no_delay(sock)
+            return super().handle(sock, address)
+
+    server = _Server(
         (host, port), app, log=None,
         error_log=LoggingLogAdapter(logging.getLogger("hermes_actors.http"), logging.ERROR),
     )

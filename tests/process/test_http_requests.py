@@ -161,3 +161,63 @@ class TestOutboxQuery:
         assert parse_count({"tail": "0"}, "tail", default=20, minimum=0) == 0
         assert parse_count({}, "tail", default=20, minimum=0) == 20
         assert _refused(parse_count, {"limit": "1001"}).status == 422
+
+
+class TestNoDelay:
+    """Answers are sent at once: accepted connections run with ``TCP_NODELAY`` (gevent
+    writes headers and body separately; with Nagle's algorithm each answer on a kept-alive
+    connection waited for the client's delayed acknowledgement)."""
+
+    def test_no_delay_on_a_tcp_socket(self):
+        import socket
+
+        from hermes_actors.adapters.http import no_delay
+
+        listener = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(listener.getsockname())
+        conn, _ = listener.accept()
+        try:
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+            no_delay(conn)
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            left, right = socket.socketpair()  # not TCP: nothing to set, no error
+            no_delay(left)
+            left.close()
+            right.close()
+        finally:
+            for s in (conn, client, listener):
+                s.close()
+
+    def test_the_server_sets_it_on_every_connection(self, tmp_path):
+        import subprocess
+        import sys
+
+        script = """
+from gevent import monkey; monkey.patch_all()
+import http.client, socket, sys
+from hermes_actors.adapters import http as api
+
+seen = []
+real = api.no_delay
+def recording(sock):
+    real(sock)
+    seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+api.no_delay = recording
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+
+server = api.make_server(app, "127.0.0.1", 0)
+server.start()
+conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+for _ in range(2):
+    conn.request("GET", "/")
+    assert conn.getresponse().read() == b"ok"
+server.stop()
+print(seen)
+"""
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "[1]"  # one kept-alive connection, set once
