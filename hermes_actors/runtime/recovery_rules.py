@@ -44,10 +44,19 @@ def resume_note(reason: str | None) -> str:
     return _NOTE.format(what="shutdown" if reason == "shutdown_timeout" else "restart")
 
 
-def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str]) -> dict[str, int]:
-    """Consecutive restarts each session was mid-turn across; idle sessions drop out."""
+def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str],
+                        waiting: Iterable[str] = ()) -> dict[str, int]:
+    """Consecutive restarts each session was mid-turn across; idle sessions drop out.
+
+    A ``waiting`` session (its interrupted turn is flagged for resume and has not run again
+    since, e.g. the boot that flagged it crashed during recovery) keeps its count: it was
+    not idle, it never got the chance to run, and forgetting would let a turn that kills the
+    process at every resume escape the stuck-loop suspension.
+    """
     mid = set(mid_turn)
-    return {key: int(counts.get(key, 0)) + 1 for key in sorted(mid)}
+    kept = {key: int(counts[key]) for key in waiting if key in counts and key not in mid}
+    kept.update((key, int(counts.get(key, 0)) + 1) for key in mid)
+    return dict(sorted(kept.items()))
 
 
 def record_boot(boots: Iterable[float], now: float, window: float,

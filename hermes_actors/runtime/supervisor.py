@@ -89,10 +89,12 @@ class SupervisorActor(LightActor):
     def _recover_unclean_sessions(self) -> int:
         store = self._store
         max_age = marker_max_age(self._config.agent.timeout)
+        waiting = [e.session_key for e in store.flagged_sessions()
+                   if e.resume_pending and e.active_turn_token is None]
         verdicts = store.judge_interrupted_turns(self._clock.time(), max_age)
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
-        self._write_counts(next_restart_counts(self._counts, mid_turn))
+        self._write_counts(next_restart_counts(self._counts, mid_turn, waiting))
         self._interrupted = tuple(mid_turn)
         settlements, unrecorded = [], []
         for entry, verdict in verdicts:

@@ -124,6 +124,24 @@ class TestStuckLoop:
         counts = node_values(child.home).get("restart_counts", {})
         assert KEY not in counts
 
+    def test_a_crash_during_recovery_keeps_the_count(self, spawn):
+        # Boot 1 dies mid-turn; boot 2 counts it, flags the session for resume and dies
+        # during recovery; boot 3 must not read the unresumed session as idle.
+        config = {"agent": {"auto_continue_freshness": 0}}
+        child = spawn(config)
+        child.send("sleep 60")
+        child.expect("TURN")
+        child.kill()
+        crashed = spawn(config, env={"HERMES_ACTORS_CRASHPOINT": "during_recovery"},
+                        ready=False)
+        assert crashed.wait_exit() == 137
+        third = spawn(config)
+        assert node_values(child.home).get("restart_counts", {}) == {KEY: 1}
+        third.send("hi")
+        third.idle()
+        assert node_values(child.home).get("restart_counts", {}) == {}
+        third.stop()
+
     def test_successful_turn_resets_counter(self, spawn):
         config = {"agent": {"auto_continue_freshness": 0}}
         child = spawn(config)

@@ -74,6 +74,12 @@ class TestCounters:
         assert next_restart_counts({"a": 2, "b": 1}, ["a", "c"]) == {"a": 3, "c": 1}
         assert next_restart_counts({"a": 2}, []) == {}
 
+    def test_a_session_still_waiting_for_its_resume_keeps_its_count(self):
+        # "a" was flagged for resume by a boot that crashed before the turn ran again.
+        assert next_restart_counts({"a": 2, "b": 1}, ["c"], waiting=["a", "d"]) == {
+            "a": 2, "c": 1}
+        assert next_restart_counts({"a": 2}, ["a"], waiting=["a"]) == {"a": 3}
+
 
 class TestStorm:
     """Three boots with candidates within the window is a storm; old boots are pruned."""
