@@ -25,7 +25,7 @@ __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 log = logging.getLogger("hermes_actors.delivery")
 
 #: Rows a ledger sweep claims at once and settles before the next claim.
-SWEEP_CHUNK = 8
+SWEEP_CHUNK = 32
 
 #: Prefix of a reply delivered by recovery after an uncertain attempt (§7).
 RECOVERED_PREFIX = "♻️ Recovered reply: "

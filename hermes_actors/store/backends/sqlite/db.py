@@ -38,8 +38,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import peewee as pw
-
 from hermes_actors._green import gevent_threading_patched
 from hermes_actors.errors import StoreError, StoreUnavailableError
 from hermes_actors.model.ids import new_id
@@ -48,6 +46,7 @@ from hermes_actors.store.backends.files.node_files import (
     read_node_id_file,
     remove_home_files,
 )
+from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite import fts
 from hermes_actors.store.backends.sqlite.checkpointer import FALLBACK_PAGES
 from hermes_actors.store.backends.sqlite.executor import DbExecutor, ExecutorStatistics

@@ -20,9 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import peewee as pw
-
 from hermes_actors.errors import StoreError
+from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite.schema import FTS_DDL, FTS_SHADOW_TABLES, FTS_TRIGGERS
 from hermes_actors.store.transcript import public_message
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import peewee as pw
 from cachetools import LRUCache
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
+from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite.schema import Models
 from hermes_actors.store.ops import (
     AcceptEvent,

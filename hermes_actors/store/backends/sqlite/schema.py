@@ -17,10 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import peewee as pw
-from playhouse.sqlite_ext import AutoIncrementField
-
 from hermes_actors.errors import StoreError
+from hermes_actors.store.backends.peewee_import import AutoIncrementField, pw
 
 __all__ = [
     "CANONICAL_DDL",

@@ -1,0 +1,48 @@
+"""``pw``: peewee, imported without its PostgreSQL drivers.
+
+peewee imports ``psycopg2`` and ``psycopg`` at its own import when they are installed, to
+offer them to ``PostgresqlDatabase``. psycopg 3 takes 110-300 ms to import here (its type
+adapters, libpq): on the SQLite backend that is paid twice at every start, in the gateway
+and in its writer process, for a driver that is never used, and it is more than the whole
+recovery of 100,000 sessions. So every backend module imports peewee (and playhouse's
+parts) from here: the first
+import in a process runs with the drivers hidden, and peewee's own driver globals stay
+``None``. The PostgreSQL backend imports psycopg itself when it is chosen and hands it to
+peewee through the extension point peewee gives for that (the ``psycopg3_adapter`` class
+attribute of ``PostgresqlDatabase``), so it does not depend on which import came first.
+
+Rejected: making psycopg an optional extra only (the test and benchmark installs have it,
+and an operator who installs it for one home would slow every SQLite home); a lazy module
+object standing in for psycopg (peewee touches its attributes at import).
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["HIDDEN_DRIVERS", "AutoIncrementField", "pw"]
+
+#: The driver modules peewee tries at import, hidden while it is imported from here.
+HIDDEN_DRIVERS = ("psycopg2cffi", "psycopg2", "psycopg")
+
+
+def _import_peewee():  # noqa: ANN202 - the peewee module (untyped)
+    if "peewee" in sys.modules:
+        return sys.modules["peewee"]
+    hidden = [name for name in HIDDEN_DRIVERS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        import peewee
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return peewee
+
+
+#: The peewee module.
+pw = _import_peewee()
+
+# After peewee, so that playhouse finds it imported.
+from playhouse.sqlite_ext import AutoIncrementField  # noqa: E402
