@@ -2,7 +2,7 @@
 
 Everything in the runtime and the store that depends on *how* it runs concurrently asks here:
 whether gevent has monkey-patched ``threading`` (:func:`gevent_threading_patched`), which lock
-to take (:func:`new_rlock`), how to start work (:func:`spawn`), and how to keep blocking file
+to take (:func:`new_rlock`), how to start work (:func:`spawn`), how to yield (:func:`let_others_run`), and how to keep blocking file
 I/O from stalling the hub (:func:`off_the_hub`). The light actor and its future, the same
 choice for pykka, are in :mod:`hermes_actors._green.actor` (kept apart: the database writer
 process imports this module and must not pay for pykka).
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["gevent_threading_patched", "new_rlock", "off_the_hub", "spawn"]
+__all__ = ["gevent_threading_patched", "let_others_run", "new_rlock", "off_the_hub", "spawn"]
 
 _patched: list[bool] = []  # once gevent has patched threading, it stays patched
 
@@ -37,6 +37,19 @@ def gevent_threading_patched() -> bool:
         _patched.append(True)
         return True
     return False
+
+
+def let_others_run() -> None:
+    """Give other greenlets (under gevent) or threads a turn: for long passes in the hub
+    that can be cut into pieces (the first fill of 100,000 routing rows)."""
+    if gevent_threading_patched():
+        import gevent
+
+        gevent.sleep(0)
+    else:
+        import time
+
+        time.sleep(0)
 
 
 def new_rlock() -> Any:

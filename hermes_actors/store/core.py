@@ -23,12 +23,13 @@ transcripts are imported.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,8 +43,8 @@ from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
     MirrorWriter,
+    mirror_chunks,
     read_mirror,
-    render_mirror_rows,
 )
 from hermes_actors.store.entrymap import EntryMap, NotFetched
 from hermes_actors.store.factory import open_backend
@@ -195,12 +196,14 @@ class StoreCore:
             for lock in reversed(self._stripes[:held]):
                 lock.release()
 
-    def _mirror_document(self) -> str:
+    def _mirror_document(self) -> Callable[[], Iterable[bytes]]:
+        """A snapshot of the rows (immutable tuples), rendered by the mirror writer off the
+        hub."""
         try:
             rows = self.entries.rows()
         except StoreError as exc:  # never switch modes from inside the mirror's flush
             raise OSError(f"cannot read the routing rows ({exc})") from exc
-        return render_mirror_rows(rows)
+        return functools.partial(mirror_chunks, rows)
 
     # -- lazy routing reads -----------------------------------------------------------------
 
@@ -218,7 +221,7 @@ class StoreCore:
         ``StoreError`` when they cannot be read."""
         return self.backend.routing_rows()
 
-    def _complete_entries(self, failed: Backend | None) -> dict[str, tuple[str, Any]]:
+    def _complete_entries(self, failed: Backend | None) -> Mapping[str, tuple[str, Any]]:
         """Before running without the database: every routing row, read from the failing
         backend for keys not in memory yet if it still reads, else from ``sessions.json``."""
         if self.entries.missing() and failed is not None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from hermes_actors._green import let_others_run
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.store.routing import (
     RoutingFlags,
@@ -28,12 +29,35 @@ from hermes_actors.store.routing import (
     parse_row,
 )
 
-__all__ = ["EntryMap", "NotFetched", "Stored"]
+__all__ = ["FILL_PIECE", "EntryMap", "NotFetched", "RowsSnapshot", "Stored"]
 
 log = logging.getLogger("hermes_actors.store")
 
 #: A row as the map keeps it: ``(entry text, flags)``.
 Stored = tuple[str, RoutingFlags]
+
+
+#: Rows taken into the map between two yields of a long fill.
+FILL_PIECE = 5_000
+
+
+class RowsSnapshot(Mapping[str, Stored]):
+    """The map's rows at one moment, in key order (:meth:`EntryMap.rows`): a key list and
+    a row dict copied at once, ordered and filtered only as they are read."""
+
+    def __init__(self, keys: list[str], rows: dict[str, Stored]) -> None:
+        self._keys = keys
+        self._rows = rows
+
+    def __getitem__(self, key: str) -> Stored:
+        return self._rows[key]
+
+    def __iter__(self) -> Iterator[str]:
+        rows = self._rows
+        return (key for key in self._keys if key in rows)
+
+    def __len__(self) -> int:
+        return sum(1 for key in self._keys if key in self._rows)
 
 
 class NotFetched(Exception):  # noqa: N818 - a signal, not an error
@@ -159,16 +183,20 @@ class EntryMap:
             self._parsed.pop(key, None)
             self._flagged.discard(key)
 
-    def rows(self) -> dict[str, Stored]:
-        """Every ``session_key -> (text, flags)`` (what the mirror writes). Rows not in
-        memory yet are read in one pass and kept (the next mirror write needs them again);
-        a failing read raises the backend's error."""
+    def rows(self) -> Mapping[str, Stored]:
+        """Every ``session_key -> (text, flags)`` (what the mirror writes): a snapshot that
+        later changes do not touch, safe to read from another thread. Rows not in memory
+        yet are read in one pass and kept (the next mirror write needs them again); a
+        failing read raises the backend's error."""
         with self._lock:
             complete = len(self._keys) == len(self._rows)
         if not complete:
-            self.fill(self._fetch_all())
-        with self._lock:
-            return {k: self._rows[k] for k in self._keys if k in self._rows}
+            rows = list(self._fetch_all())
+            for start in range(0, len(rows), FILL_PIECE):  # in pieces: this runs in the hub
+                self.fill(rows[start:start + FILL_PIECE])
+                let_others_run()
+        with self._lock:  # two C-level copies: the hub is held for milliseconds only
+            return RowsSnapshot(list(self._keys), dict(self._rows))
 
     def fill(self, rows: Iterable[RoutingRow]) -> int:
         """Take rows for keys whose row is not in memory (never over newer ones); returns

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,9 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``data`` (bytes, or chunks written as they are produced)
+    atomically and durably.
 
     An existing file keeps its permissions; a new one gets ``0o600``. Raises ``OSError``
     (e.g. ``ENOSPC``) with the target left as it was.
@@ -55,7 +57,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                for chunk in data:
+                    handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)

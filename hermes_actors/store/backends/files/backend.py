@@ -12,9 +12,10 @@ can still be read) keeps answering transcript reads, so earlier history stays vi
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ from hermes_actors.store.backends.files.memory import MemoryInbox, MemoryLedger,
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
     MirrorWriter,
+    mirror_chunks,
     read_mirror,
-    render_mirror_rows,
 )
 from hermes_actors.store.backends.files.node_files import (
     read_home_files,
@@ -137,10 +138,10 @@ class FilesBackend:
             log.warning("cannot keep the node id in %s (%s)", self._home, exc)
         return node
 
-    def _mirror_document(self) -> str:
+    def _mirror_document(self) -> Callable[[], Iterable[bytes]]:
         with self._lock:
             rows = dict(self._routing)
-        return render_mirror_rows(rows, self._since)
+        return functools.partial(mirror_chunks, rows, self._since)
 
     def _volatile(self) -> None:
         if not self._warned_volatile:
