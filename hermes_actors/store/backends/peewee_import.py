@@ -4,8 +4,7 @@ peewee imports ``psycopg2`` and ``psycopg`` at its own import when they are inst
 offer them to ``PostgresqlDatabase``. psycopg 3 takes 110-300 ms to import here (its type
 adapters, libpq): on the SQLite backend that is paid twice at every start, in the gateway
 and in its writer process, for a driver that is never used, and it is more than the whole
-recovery of 100,000 sessions. So every backend module imports peewee (and playhouse's
-parts) from here: the first
+recovery of 100,000 sessions. So every backend module imports peewee from here: the first
 import in a process runs with the drivers hidden, and peewee's own driver globals stay
 ``None``. The PostgreSQL backend imports psycopg itself when it is chosen and hands it to
 peewee through the extension point peewee gives for that (the ``psycopg3_adapter`` class
@@ -20,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["HIDDEN_DRIVERS", "AutoIncrementField", "pw"]
+__all__ = ["HIDDEN_DRIVERS", "pw"]
 
 #: The driver modules peewee tries at import, hidden while it is imported from here.
 HIDDEN_DRIVERS = ("psycopg2cffi", "psycopg2", "psycopg")
@@ -43,6 +42,3 @@ def _import_peewee():  # noqa: ANN202 - the peewee module (untyped)
 
 #: The peewee module.
 pw = _import_peewee()
-
-# After peewee, so that playhouse finds it imported.
-from playhouse.sqlite_ext import AutoIncrementField  # noqa: E402
