@@ -8,9 +8,10 @@ user text into a ``tsquery`` string:
 * a word or a ``"quoted phrase"`` (``""`` is a quote inside one; ``a + b`` joins phrases)
   → ``phraseto_tsquery('simple', ...)``, so PostgreSQL tokenizes it as it tokenized the
   messages; a trailing ``*`` makes the last word a prefix (``'word':*``);
-* implicit or explicit ``AND``, ``OR``, ``NOT`` (binary: ``a NOT b``), with FTS5's
-  precedence (``NOT`` binds tightest, then ``AND``, then ``OR``) and parentheses
-  → ``&&``, ``||``, ``&& !!``, fully parenthesized;
+* ``AND``, ``OR``, ``NOT`` (binary: ``a NOT b``) with FTS5's precedence (``NOT`` binds
+  tightest, then ``AND``, then ``OR``), and the implicit AND of phrases written side by
+  side, which binds tighter still and joins phrases only (``(a OR b) c`` is an error in
+  FTS5, so here too) → ``&&``, ``||``, ``&& !!``, fully parenthesized;
 * a column filter may only name the one column, ``content:``.
 
 Whatever FTS5 rejects is rejected here too (a lone operator, an unbalanced quote or
@@ -92,10 +93,6 @@ class _Parser:
         self.pos += 1
         return token
 
-    def starts_operand(self) -> bool:
-        token = self.peek()
-        return token is not None and token[0] in ("word", "string", "(")
-
     def parse(self) -> str:
         sql = self.or_expr()
         rest = self.peek()
@@ -112,9 +109,8 @@ class _Parser:
 
     def and_expr(self) -> str:
         sql = self.not_expr()
-        while self.peek() == ("op", "AND") or self.starts_operand():
-            if self.peek() == ("op", "AND"):
-                self.take()
+        while self.peek() == ("op", "AND"):
+            self.take()
             sql = f"({sql} && {self.not_expr()})"
         return sql
 
@@ -125,18 +121,39 @@ class _Parser:
             sql = f"({sql} && !!{self.primary()})"
         return sql
 
+    def column(self) -> bool:
+        """Take a ``content:`` column filter if one comes next (another column is an
+        error); whether there was one."""
+        token = self.peek()
+        if token is None or token[0] != "word" or self.pos + 1 >= len(self.tokens) or (
+                self.tokens[self.pos + 1][0] != ":"):
+            return False
+        if token[1].lower() != "content":
+            raise QuerySyntaxError(f"no such column: {token[1]}")
+        self.pos += 2
+        return True
+
     def primary(self) -> str:
-        kind, text = self.take()
-        if kind == "(":
+        """A parenthesized query (optionally under ``content:``), or a run of phrases: FTS5's
+        implicit AND joins phrases only, and binds tighter than any operator."""
+        self.column()
+        token = self.peek()
+        if token is not None and token[0] == "(":
+            self.take()
             sql = self.or_expr()
             if self.take()[0] != ")":
                 raise QuerySyntaxError("unbalanced parenthesis")
             return sql
-        if kind == "word" and self.peek() == (":", ":"):
-            if text.lower() != "content":
-                raise QuerySyntaxError(f"no such column: {text}")
-            self.take()
-            return self.primary()
+        sql = self.cnear()
+        while True:
+            token = self.peek()
+            if token is None or token[0] not in ("word", "string"):
+                return sql
+            self.column()
+            sql = f"({sql} && {self.cnear()})"
+
+    def cnear(self) -> str:
+        kind, text = self.take()
         if kind == "word" and text == "NEAR" and self.peek() == ("(", "("):
             raise QuerySyntaxError("NEAR queries are not supported")
         if kind not in ("word", "string"):

@@ -58,18 +58,27 @@ class Reads:
         """Raise ``StoreError`` once the backend is closed (the backend says how)."""
 
     def _read(self, fn: Callable[[Any], T]) -> T:
-        """``fn(cursor)`` on a pooled connection; once more on a fresh connection if the
-        server dropped this one; ``StoreUnavailableError`` if it fails again."""
+        """``fn(cursor)`` on a pooled connection. If the server dropped that connection (it
+        restarted, say), the idle ones are checked too, the dead replaced, and the read runs
+        once more; a cancelled or timed-out statement is not retried. A read that cannot be
+        run raises ``StoreUnavailableError``."""
         self._check_open()
         for attempt in (1, 2):
+            broken = False
             try:
-                with self._pool.connection() as conn, conn.cursor() as cur:
-                    return fn(cur)
+                with self._pool.connection() as conn:
+                    try:
+                        with conn.cursor() as cur:
+                            return fn(cur)
+                    except psycopg.OperationalError:
+                        broken = conn.broken
+                        raise
             except PoolTimeout as exc:
                 raise self._server.unavailable("read", exc) from None
             except psycopg.OperationalError as exc:
-                if attempt == 1:
-                    continue  # the pool replaces a broken connection when it is returned
+                if attempt == 1 and broken:
+                    self._pool.check()  # its siblings likely died with it
+                    continue
                 raise self._server.unavailable("read", exc) from None
             except psycopg.Error as exc:
                 raise self._server.rejected("read", exc) from None
