@@ -13,8 +13,9 @@ imports what it needs inside its function. The bodies of ``run``, ``send``, ``ch
 unparsed (see :data:`PASSTHROUGH`).
 
 Exit codes: 0 success; 1 a runtime failure or an unhealthy check; 2 a usage or configuration
-error (any :class:`HermesActorsError` that is not a store failure). Errors are one line on
-stderr, never a traceback.
+error (any :class:`HermesActorsError` that is not a store failure), or a store database
+server that cannot be reached (:class:`StoreUnreachableError`: nothing ran). Errors are one
+line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_actors.errors import CommandFailed, HermesActorsError, StoreError, UsageError
+from hermes_actors.errors import (
+    CommandFailed,
+    HermesActorsError,
+    StoreError,
+    StoreUnreachableError,
+    UsageError,
+)
 from hermes_actors.process.arguments import (
     configure_bench,
     configure_chat,
@@ -210,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         return handler(args)
+    except StoreUnreachableError as exc:
+        print(f"hermes-actors: error: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         print(f"hermes-actors: error: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,7 @@ from typing import Any
 
 from hermes_actors.errors import ConfigError, ConfigWarning
 from hermes_actors.model.context import HomeChannel
+from hermes_actors.model.dsn import is_dsn
 from hermes_actors.model.platform import Platform
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "OpenAIConfig",
     "PrivacyConfig",
     "RestartStormConfig",
+    "DEFAULT_POOL_SIZE",
     "STORE_BACKENDS",
     "StoreConfig",
     "WhatsAppConfig",
@@ -286,15 +288,42 @@ class WhatsAppConfig:
             object.__setattr__(self, "lid_aliases", {})
 
 
-#: The store backends ``store.backend`` names (PostgreSQL comes with its own issue).
-STORE_BACKENDS = ("sqlite",)
+#: The store backends ``store.backend`` names.
+STORE_BACKENDS = ("sqlite", "postgres")
+#: Connections the PostgreSQL backend keeps for reads by default (writes have their own).
+DEFAULT_POOL_SIZE = 4
+
+
+def _dsn(key: str, value: Any) -> str | None:
+    """A PostgreSQL connection string; never echoed with its password in an error."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_dsn(value):
+        # not echoed, not even masked: a value of another shape may hide its password anywhere
+        shown = "another string" if isinstance(value, str) else f"a {type(value).__name__}"
+        raise ConfigError(
+            f"config key {key!r}: expected a PostgreSQL connection string "
+            f"(postgresql://user:password@host:port/database, or 'host=... dbname=...'), "
+            f"got {shown} (not shown: it may hold a password)")
+    return value.strip()
 
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """``store``: where the canonical store lives (``sqlite``: ``<home>/state.db``)."""
+    """``store``: where the canonical store lives (``sqlite``: ``<home>/state.db``;
+    ``postgres``: the database ``dsn`` names, with ``pool_size`` connections for reads)."""
 
     backend: str = _opt(_choice(*STORE_BACKENDS), "sqlite")
+    #: The PostgreSQL connection string (required for ``postgres``; not in ``repr``: it may
+    #: carry a password).
+    dsn: str | None = field(default=None, repr=False, metadata={"parse": _dsn})
+    pool_size: int = _opt(_number(1, integer=True, maximum=1000), DEFAULT_POOL_SIZE)
+
+    def __post_init__(self) -> None:
+        if self.backend == "postgres" and self.dsn is None:
+            raise ConfigError(
+                "config key 'store.dsn': required when store.backend is 'postgres' "
+                "(or set HERMES_STORE_DSN), e.g. postgresql://user@host:5432/hermes")
 
 
 @dataclass(frozen=True)
@@ -354,6 +383,8 @@ ENV_OVERRIDES = {
     "HERMES_HTTP_PORT": "http.port",
     "HERMES_HTTP_TOKEN": "http.token",
     "HERMES_STORE_BACKEND": "store.backend",
+    "HERMES_STORE_DSN": "store.dsn",
+    "HERMES_STORE_POOL_SIZE": "store.pool_size",
 }
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "HomeInUseError",
     "StoreError",
     "StoreUnavailableError",
+    "StoreUnreachableError",
     "UnknownPlatformError",
     "UsageError",
 ]
@@ -54,6 +55,13 @@ class StoreError(HermesActorsError):
 class StoreUnavailableError(StoreError):
     """The store's database cannot be opened or written (the message says why): an embedded
     host gets it at start; a running gateway falls back to degraded mode instead."""
+
+
+class StoreUnreachableError(StoreUnavailableError):
+    """The store's database server cannot be reached when the store opens (the message says
+    why, never with a password). Unlike a broken home database there is no degraded mode to
+    start in: the database is shared beyond this home, so a local stand-in would split the
+    state. An embedded host gets it from ``Gateway.start()``; the CLI exits with code 2."""
 
 
 class UsageError(HermesActorsError):

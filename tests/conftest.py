@@ -87,3 +87,24 @@ def make_harness(tmp_path):
     for h in made:
         h.gates.open_all()
         h.gw.stop(drain_timeout=5)
+
+
+# -- PostgreSQL: one throw-away server per session, a fresh database per test ------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server (``HERMES_TEST_POSTGRES_DSN``, else an embedded one started
+    for this session and stopped at its end)."""
+    from hermes_actors.testing.postgres import start_test_server
+
+    server = start_test_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server) -> str:
+    """The DSN of a fresh, empty database, dropped after the test."""
+    with postgres_server.database() as dsn:
+        yield dsn

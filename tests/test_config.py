@@ -429,3 +429,39 @@ class TestUnknownAndLegacyKeys:
     def test_clean_config_warns_nothing(self):
         _, caught = load_quietly({"queue_max": 3})
         assert caught == []
+
+
+class TestStoreKeys:
+    """``store``: the backend, the PostgreSQL DSN (never shown) and the pool size."""
+
+    def test_defaults(self):
+        config, _ = load_quietly()
+        assert (config.store.backend, config.store.dsn, config.store.pool_size) == (
+            "sqlite", None, 4)
+
+    def test_postgres_from_the_environment(self):
+        env = {"HERMES_STORE_BACKEND": "postgres", "HERMES_STORE_POOL_SIZE": "8",
+               "HERMES_STORE_DSN": "postgresql://hermes:pw@db.example:5432/hermes"}
+        config, _ = load_quietly(env=env)
+        assert config.store.backend == "postgres" and config.store.pool_size == 8
+        assert config.store.dsn == env["HERMES_STORE_DSN"]
+        assert "pw" not in repr(config.store) and "pw" not in repr(config)
+
+    def test_postgres_needs_a_dsn(self):
+        with pytest.raises(ConfigError, match="'store.dsn': required"):
+            load_quietly({"store": {"backend": "postgres"}})
+
+    @pytest.mark.parametrize("dsn", ["hunter2", "mysql:hunter2", 42, "postgresql:/hunter2"])
+    def test_a_malformed_dsn_is_refused_without_echo(self, dsn):
+        with pytest.raises(ConfigError, match="store.dsn") as caught:
+            load_quietly({"store": {"dsn": dsn}})
+        assert "hunter2" not in str(caught.value) and "42" not in str(caught.value)
+
+    def test_key_value_dsns_are_accepted(self):
+        config, _ = load_quietly({"store": {"dsn": "host=db dbname=hermes password=x"}})
+        assert config.store.dsn == "host=db dbname=hermes password=x"
+
+    @pytest.mark.parametrize("size", [0, 1001, "many", 2.5])
+    def test_pool_size_bounds(self, size):
+        with pytest.raises(ConfigError, match="store.pool_size"):
+            load_quietly({"store": {"pool_size": size}})

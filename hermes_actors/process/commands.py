@@ -18,15 +18,13 @@ from pathlib import Path
 
 from hermes_actors.config import GatewayConfig, load_config
 from hermes_actors.errors import CommandFailed, ConfigWarning, UsageError
-from hermes_actors.process.home import resolve_home
+from hermes_actors.process.home import CONFIG_NAME, home_config, resolve_home
 
 __all__ = [
     "bench_command", "chat_command", "default_url", "load_home_config", "run_command",
     "send_command",
 ]
 
-#: The config file read from the home when ``--config`` is not given.
-CONFIG_NAME = "config.yaml"
 #: The port ``send`` assumes when the config leaves it to the system (``http.port: 0``).
 DEFAULT_PORT = 8642
 
@@ -114,10 +112,7 @@ def _import_harness():
 def _home_http_settings(home: Path):
     """The ``http`` section as the gateway of ``home`` would read it (its config.yaml, when
     present, and ``HERMES_HTTP_*``); warnings are the business of ``run``, not ``send``."""
-    path = home / CONFIG_NAME
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConfigWarning)
-        return load_config(path if path.is_file() else None).http
+    return home_config(home).http
 
 
 def default_url(http) -> str:

@@ -2,9 +2,12 @@
 ``db check`` and ``db rebuild-fts`` (§12, §17.16, §17.48).
 
 They never need a running gateway and never change a home they only read: the database is
-opened read-only, and without a usable ``state.db`` they read ``sessions.json`` and the
-JSONL transcripts. Store modules are imported inside the functions, so loading the command
-line stays cheap.
+opened read-only, and without a usable one they read ``sessions.json`` and the JSONL
+transcripts. The database is the one the home's configuration names (``<home>/config.yaml``
+and the ``HERMES_STORE_*`` variables: ``state.db``, or a PostgreSQL database), reached
+through the backend's :class:`~hermes_actors.store.protocol.DatabaseTools`; a database server
+that cannot be reached is an error (exit 2), not a degraded home. Store modules are imported
+inside the functions, so loading the command line stays cheap.
 """
 
 from __future__ import annotations
@@ -15,17 +18,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_actors.errors import CommandFailed, StoreError
-from hermes_actors.process.home import existing_home
+from hermes_actors.errors import (
+    CommandFailed,
+    StoreError,
+    StoreUnavailableError,
+    StoreUnreachableError,
+)
+from hermes_actors.process.home import existing_home, home_config
 
 __all__ = ["cmd_db_check", "cmd_db_rebuild_fts", "cmd_sessions_list", "cmd_sessions_show"]
 
 
 def _open_db_read_only(home: Path) -> Any:
-    from hermes_actors.store.backends.sqlite.db import SessionDB
+    """The home's database, read-only; ``None`` when it cannot be used (degraded)."""
+    from hermes_actors.store.factory import open_tools
 
     try:
-        return SessionDB(home / "state.db", read_only=True)
+        return open_tools(home, home_config(home), read_only=True)
+    except StoreUnreachableError:
+        raise
     except StoreError:
         return None
 
@@ -60,9 +71,10 @@ def _transcript(home: Path, db: Any, session_id: str) -> list[dict[str, Any]]:
 def cmd_db_check(args: argparse.Namespace) -> int:
     """Print ``mode``/``integrity``/``fts``/``sessions``/``messages``; 0 only when all ok.
 
-    Strictly read-only: the database is opened ``mode=ro`` and nothing is created or
-    repaired. Without a usable ``state.db`` the home is reported as ``degraded`` and the
-    counts come from ``sessions.json`` and the JSONL transcripts.
+    Strictly read-only: the database is opened read-only (SQLite ``mode=ro``, PostgreSQL
+    read-only sessions) and nothing is created or repaired. Without a usable ``state.db``
+    the home is reported as ``degraded`` and the counts come from ``sessions.json`` and the
+    JSONL transcripts. ``mode`` is the backend's kind (``sqlite``, ``postgres``).
     """
     from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
     from hermes_actors.store.backends.files.mirror import MIRROR_NAME, read_mirror
@@ -76,7 +88,7 @@ def cmd_db_check(args: argparse.Namespace) -> int:
         finally:
             db.close()
         report = {
-            "mode": "sqlite",
+            "mode": db.kind,
             "integrity": integrity,
             "fts": fts_state,
             "sessions": counts["sessions"],
@@ -93,19 +105,22 @@ def cmd_db_check(args: argparse.Namespace) -> int:
         }
     for key, value in report.items():
         print(f"{key}: {value}")
-    healthy = report["mode"] == "sqlite" and report["integrity"] == "ok" and report["fts"] == "ok"
+    healthy = (report["mode"] != "degraded" and report["integrity"] == "ok"
+               and report["fts"] == "ok")
     return 0 if healthy else 1
 
 
 def cmd_db_rebuild_fts(args: argparse.Namespace) -> int:
     """Rebuild the full-text index from the messages (no message is changed)."""
-    from hermes_actors.store.backends.sqlite.db import SessionDB
+    from hermes_actors.store.factory import open_tools
 
     home = existing_home(args)
-    path = home / "state.db"
-    if not path.is_file():
-        raise CommandFailed(f"no database at {path}")
-    db = SessionDB(path, writer="thread")  # one rebuild: no writer process to start
+    try:
+        db = open_tools(home, home_config(home), read_only=False)
+    except StoreUnreachableError:
+        raise
+    except StoreUnavailableError as exc:
+        raise CommandFailed(str(exc)) from None
     try:
         db.rebuild_fts()
         state, counts = db.check_fts(), db.counts()

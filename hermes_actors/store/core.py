@@ -11,7 +11,9 @@ alone when nothing else of it changed (a turn's start and end), else as a whole 
 serialised (concurrent first messages create one entry and one ``sessions`` row), changes
 to different keys are not, which leaves room for group commit in the backend.
 
-Degraded mode (§5): if the backend cannot be opened, or a read or write still fails after
+Degraded mode (§5): if the backend cannot be opened (except a database server that cannot
+be reached: :class:`~hermes_actors.errors.StoreUnreachableError` is raised to the host, as
+no files in one home can stand in for a shared database), or a read or write still fails after
 its retries (:class:`~hermes_actors.errors.StoreUnavailableError`), the store logs one
 warning and switches to the :class:`~hermes_actors.store.backends.files.backend.FilesBackend`:
 ``sessions.json`` becomes canonical and is written after every change, transcripts go to
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermes_actors._green import new_rlock, spawn
-from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
 from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
@@ -150,6 +152,8 @@ class StoreCore:
         if backend is None:
             try:
                 backend = open_backend(self.home, config)
+            except StoreUnreachableError:
+                raise  # a database server: no local stand-in (see the error's docstring)
             except (StoreError, OSError) as exc:
                 failure = exc
         #: Backends that failed and were switched away from (closed at the end).

@@ -5,10 +5,13 @@ backend persists and answers. Writes are lists of operation records
 (:mod:`~hermes_actors.store.ops`) applied as one transaction each; reads are the methods
 below, each a question the domain really asks (recovery's candidates, pruning's candidates,
 a turn's reply, the outbox after a cursor...), never "give me your connection". Backends:
-:class:`~hermes_actors.store.backends.sqlite.db.SessionDB` (the embedded default) and
-:class:`~hermes_actors.store.backends.files.backend.FilesBackend` (degraded mode: routing in
-``sessions.json``, transcripts in JSONL files, inbox, ledger and outbox in memory). The
-conformance suite (``tests/store/conformance``) runs the same tests against every backend.
+:class:`~hermes_actors.store.backends.sqlite.db.SessionDB` (the embedded default),
+:class:`~hermes_actors.store.backends.postgres.backend.PostgresBackend` (a database server)
+and :class:`~hermes_actors.store.backends.files.backend.FilesBackend` (degraded mode:
+routing in ``sessions.json``, transcripts in JSONL files, inbox, ledger and outbox in
+memory). The conformance suite (``tests/store/conformance``) runs the same tests against
+every backend. The database backends also answer :class:`DatabaseTools`, what the
+``hermes-actors db`` commands and full-text search ask.
 
 Failure contract: a read or write that fails because the backend cannot be used (a database
 that cannot be opened, written or read) raises
@@ -25,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 from hermes_actors.store.ops import Op
 from hermes_actors.store.routing import RoutingRow
 
-__all__ = ["DIAGNOSTIC_TABLES", "NODE_VALUES", "OUTBOX_COLUMNS", "Backend"]
+__all__ = ["DIAGNOSTIC_TABLES", "NODE_VALUES", "OUTBOX_COLUMNS", "Backend", "DatabaseTools"]
 
 #: The tables a backend can list for diagnostics (:meth:`Backend.rows`).
 DIAGNOSTIC_TABLES = ("sessions", "messages", "routing", "inbox", "deliveries", "outbox",
@@ -43,8 +46,8 @@ NODE_VALUES = ("clean_shutdown", "restart_counts", "restart_storm")
 class Backend(Protocol):
     """A persistence backend of the session store (see the module docstring)."""
 
-    #: ``"sqlite"``, ``"files"`` (and ``"postgres"`` later): what ``hermes-actors db check``
-    #: reports as the mode. Only the files backend is *degraded*.
+    #: ``"sqlite"``, ``"postgres"`` or ``"files"``: what ``hermes-actors db check`` reports
+    #: as the mode. Only the files backend is *degraded*.
     kind: str
 
     # -- writes -----------------------------------------------------------------------------
@@ -144,4 +147,40 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the backend's resources (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class DatabaseTools(Backend, Protocol):
+    """What a database backend (SQLite, PostgreSQL) offers beyond :class:`Backend`: full-text
+    search and the health checks and repairs of ``hermes-actors db check|rebuild-fts``. The
+    files backend of degraded mode has none of them."""
+
+    def search(self, query: str, limit: int = 20) -> list[dict[str, Any]]:
+        """Transcript messages matching ``query`` (FTS5 syntax), each with ``id`` and
+        ``session_id``, best match first; a malformed query raises ``StoreError``."""
+        ...
+
+    def check_fts(self) -> str:
+        """The full-text index: ``"ok"``, ``"missing"`` or ``"corrupt"``."""
+        ...
+
+    def rebuild_fts(self) -> None:
+        """Drop and rebuild the full-text index from ``messages`` (no message is touched)."""
+        ...
+
+    def detach_fts(self) -> None:
+        """Drop the full-text index; messages stay, search is refused until a rebuild."""
+        ...
+
+    def integrity_check(self) -> str:
+        """``"ok"``, or the database's first complaints."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Row counts: ``sessions``, ``messages``, ``routing``, ``pending_deliveries``."""
+        ...
+
+    def session_row(self, session_id: str) -> dict[str, Any] | None:
+        """The ``sessions`` row of ``session_id`` as a dict (``source`` decoded), or ``None``."""
         ...

@@ -1,16 +1,19 @@
 """The backend conformance suite: one set of tests, run against every backend.
 
 ``backend`` is a fresh backend of each kind in ``tmp_path`` (``sqlite``: ``SessionDB``;
+``postgres``: ``PostgresBackend`` on a fresh database of the session's test server;
 ``files``: the ``FilesBackend`` of degraded mode); ``reopen()`` closes it and opens the same
-kind on the same home again, for durability tests. ``DURABLE[kind]`` says what a kind keeps
-across a reopen (the files backend keeps its inbox, ledger and outbox in memory only). A
-backend added to the project (PostgreSQL) joins by adding a row to ``KINDS``.
+kind on the same home (and database) again, for durability tests. ``DURABLE[kind]`` says
+what a kind keeps across a reopen (the files backend keeps its inbox, ledger and outbox in
+memory only). A backend joins by adding a row to ``KINDS`` (and to ``SERVER_KINDS`` when it
+needs the test server: those tests are marked ``postgres``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -19,15 +22,35 @@ from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
 from hermes_actors.store.backends.sqlite.db import SessionDB
 from hermes_actors.store.protocol import Backend
 
-#: Backend kind -> how to open one on a home.
-KINDS: dict[str, Callable[[Path], Backend]] = {
-    "sqlite": lambda home: SessionDB(home / "state.db"),
-    "files": lambda home: FilesBackend(home, JsonlTranscripts(home / "sessions")),
-}
 
+class Place(NamedTuple):
+    """Where a backend under test keeps its data: a home, and a database for server kinds."""
+
+    home: Path
+    dsn: str | None = None
+
+
+def _postgres(place: Place) -> Backend:
+    from hermes_actors.store.backends.postgres.backend import PostgresBackend
+
+    assert place.dsn is not None
+    return PostgresBackend(place.dsn, place.home, pool_size=2)
+
+
+#: Backend kind -> how to open one on a place.
+KINDS: dict[str, Callable[[Place], Backend]] = {
+    "sqlite": lambda place: SessionDB(place.home / "state.db"),
+    "postgres": _postgres,
+    "files": lambda place: FilesBackend(place.home, JsonlTranscripts(place.home / "sessions")),
+}
+#: The kinds that need the test server (``postgres_dsn``).
+SERVER_KINDS = frozenset({"postgres"})
+
+_DATABASE = frozenset({"routing", "messages", "node_state", "inbox", "ledger", "outbox"})
 #: What each kind keeps across a close and reopen.
 DURABLE: dict[str, frozenset[str]] = {
-    "sqlite": frozenset({"routing", "messages", "node_state", "inbox", "ledger", "outbox"}),
+    "sqlite": _DATABASE,
+    "postgres": _DATABASE,
     "files": frozenset({"routing", "messages", "node_state"}),
 }
 
@@ -35,16 +58,17 @@ DURABLE: dict[str, frozenset[str]] = {
 class Opened:
     """The backend under test, with a way to reopen it."""
 
-    def __init__(self, kind: str, home: Path) -> None:
+    def __init__(self, kind: str, place: Place) -> None:
         self.kind = kind
-        self.home = home
-        self.backend = KINDS[kind](home)
+        self.place = place
+        self.home = place.home
+        self.backend = KINDS[kind](place)
         self._all = [self.backend]
 
     def reopen(self) -> Backend:
-        """Close the backend and open the same kind on the same home."""
+        """Close the backend and open the same kind on the same home (and database)."""
         self.backend.close()
-        self.backend = KINDS[self.kind](self.home)
+        self.backend = KINDS[self.kind](self.place)
         self._all.append(self.backend)
         return self.backend
 
@@ -57,11 +81,13 @@ class Opened:
             backend.close()
 
 
-@pytest.fixture(params=sorted(KINDS))
+@pytest.fixture(params=[pytest.param(kind, marks=pytest.mark.postgres)
+                        if kind in SERVER_KINDS else kind for kind in sorted(KINDS)])
 def opened(request, tmp_path) -> Opened:
     home = tmp_path / "home"
     (home / "sessions").mkdir(parents=True)
-    it = Opened(request.param, home)
+    dsn = request.getfixturevalue("postgres_dsn") if request.param in SERVER_KINDS else None
+    it = Opened(request.param, Place(home, dsn))
     yield it
     it.close()
 

@@ -1,0 +1,115 @@
+"""Connections to the server: the read pool, the writer's own connection, and what a
+failure says.
+
+Reads take a connection from a ``psycopg_pool.ConnectionPool`` of ``store.pool_size``
+connections (all opened at start, so a burst of reads never waits for a handshake); the
+committer's writes go over one more connection of their own, so a burst of slow reads can
+never starve the writes behind it. Every connection is in autocommit mode: a read is one
+statement with no ``BEGIN``/``COMMIT`` round trips, and the committer opens its
+transactions itself.
+
+Every text that leaves this backend (an exception, a log line) names the database by its
+masked DSN and passes a driver's message through :func:`~hermes_actors.model.dsn.scrub`,
+so a password in the DSN is never shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import ConnectionPool
+
+from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
+from hermes_actors.model.dsn import mask_dsn, scrub
+
+__all__ = [
+    "APPLICATION_NAME",
+    "CONNECT_TIMEOUT",
+    "POOL_TIMEOUT",
+    "Server",
+]
+
+#: Seconds a connection attempt may take (libpq's ``connect_timeout``; at least 2).
+CONNECT_TIMEOUT = 5
+#: Seconds a read waits for a free connection of the pool before the store is unavailable.
+POOL_TIMEOUT = 10.0
+#: How the backend's connections show in ``pg_stat_activity`` (unless the DSN names one).
+APPLICATION_NAME = "hermes_actors"
+
+
+class Server:
+    """The database server one DSN names: connections to it, and errors naming it safely."""
+
+    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+        self._dsn = dsn
+        #: The DSN as it may be shown (password masked).
+        self.where = mask_dsn(dsn)
+        self.read_only = read_only
+        try:
+            options = conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise StoreUnreachableError(
+                f"the store DSN {self.where} is not a valid connection string: "
+                f"{self.scrub(exc)}") from None
+        self._params: dict[str, Any] = {"autocommit": True,
+                                        "connect_timeout": CONNECT_TIMEOUT}
+        if "application_name" not in options:
+            self._params["application_name"] = APPLICATION_NAME
+
+    def scrub(self, exc: BaseException | str) -> str:
+        """A driver's message without the password (one line)."""
+        text = " ".join(str(exc).split())
+        return scrub(text, self._dsn)
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection; raises :class:`StoreUnavailableError`."""
+        try:
+            conn = psycopg.connect(self._dsn, **self._params)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"cannot connect to the store database {self.where}: {self.scrub(exc)}"
+            ) from None
+        try:
+            self._configure(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreUnavailableError(
+                f"cannot use the store database {self.where}: {self.scrub(exc)}") from None
+        return conn
+
+    def connect_at_start(self) -> psycopg.Connection[Any]:
+        """:meth:`connect` when the store opens: failing, it is unreachable (no degraded
+        mode to start in, see :class:`StoreUnreachableError`)."""
+        try:
+            return self.connect()
+        except StoreUnavailableError as exc:
+            raise StoreUnreachableError(str(exc)) from None
+
+    def pool(self, size: int) -> ConnectionPool:
+        """An open pool of ``size`` connections for reads (all connected before it returns);
+        raises :class:`StoreUnreachableError`."""
+        pool: ConnectionPool = ConnectionPool(
+            self._dsn, kwargs=dict(self._params), min_size=size, max_size=size, open=False,
+            configure=self._configure, name="hermes-actors-reads", timeout=POOL_TIMEOUT)
+        try:
+            pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+        except psycopg.Error as exc:
+            pool.close()
+            raise StoreUnreachableError(
+                f"cannot open {size} connections to the store database {self.where}: "
+                f"{self.scrub(exc)}") from None
+        return pool
+
+    def unavailable(self, doing: str, exc: BaseException) -> StoreUnavailableError:
+        """The error for a read or write that failed because the server cannot be used."""
+        return StoreUnavailableError(f"cannot {doing} {self.where}: {self.scrub(exc)}")
+
+    def rejected(self, doing: str, exc: BaseException) -> StoreError:
+        """The error for a statement the server refused (a constraint, bad data)."""
+        return StoreError(f"{doing} rejected by {self.where}: {self.scrub(exc)}")

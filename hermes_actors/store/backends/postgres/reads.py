@@ -1,0 +1,248 @@
+"""``Reads``: the questions the store's domain asks of the PostgreSQL backend (reads only).
+
+Kept apart from :mod:`~hermes_actors.store.backends.postgres.backend` (opening, writes,
+tools) because this is the larger half and the one that follows the protocol method by
+method. Every read is raw SQL on one pooled connection, in the caller's thread (or greenlet,
+where psycopg waits cooperatively). Recovery's and pruning's questions are answered from
+the partial and activity indexes of ``routing``; a transcript is read in ``id`` order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from hermes_actors.store.backends.postgres.connection import Server
+from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
+from hermes_actors.store.routing import RoutingFlags, RoutingRow
+from hermes_actors.store.transcript import public_message, reply_after_marker
+
+__all__ = ["DIAGNOSTIC_ORDER", "Reads"]
+
+T = TypeVar("T")
+
+#: The routing columns in :class:`RoutingRow` order.
+_ROUTING_SELECT = (
+    "SELECT session_key, entry, active_turn_token, active_turn_started_at,"
+    " active_turn_internal, resume_pending, suspended, updated_at FROM routing"
+)
+#: How each diagnostic table is listed (insertion order where the table has one).
+DIAGNOSTIC_ORDER = {
+    "sessions": "started_at, id", "messages": "id", "routing": "session_key",
+    "inbox": "seq", "deliveries": "created_at, obligation_id", "outbox": "cursor",
+    "node_state": "node_id, name",
+}
+_MESSAGE_COLUMNS = "role, content, tool_name, tool_calls, timestamp, token_count"
+_LAST_REPLY = (
+    "SELECT content FROM messages WHERE session_id = %s AND turn_token = %s"
+    " AND is_reply ORDER BY id DESC LIMIT 1"
+)
+_LAST_MESSAGE = (
+    "SELECT role, content, tool_calls, timestamp, turn_token FROM messages"
+    " WHERE session_id = %s ORDER BY id DESC LIMIT 1"
+)
+
+
+class Reads:
+    """The read methods of the ``Backend`` protocol over a pool of connections."""
+
+    def __init__(self, server: Server, pool: ConnectionPool) -> None:
+        self._server = server
+        self._pool = pool
+
+    def _check_open(self) -> None:
+        """Raise ``StoreError`` once the backend is closed (the backend says how)."""
+
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` on a pooled connection. If the server dropped that connection (it
+        restarted, say), the idle ones are checked too, the dead replaced, and the read runs
+        once more; a cancelled or timed-out statement is not retried. A read that cannot be
+        run raises ``StoreUnavailableError``."""
+        self._check_open()
+        for attempt in (1, 2):
+            broken = False
+            try:
+                with self._pool.connection() as conn:
+                    try:
+                        with conn.cursor() as cur:
+                            return fn(cur)
+                    except psycopg.OperationalError:
+                        broken = conn.broken
+                        raise
+            except PoolTimeout as exc:
+                raise self._server.unavailable("read", exc) from None
+            except psycopg.OperationalError as exc:
+                if attempt == 1 and broken:
+                    self._pool.check()  # its siblings likely died with it
+                    continue
+                raise self._server.unavailable("read", exc) from None
+            except psycopg.Error as exc:
+                raise self._server.rejected("read", exc) from None
+        raise AssertionError("unreachable")
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _routing(self, where: str = "", params: tuple[Any, ...] = ()) -> list[RoutingRow]:
+        def read(cur: Any) -> list[RoutingRow]:
+            rows = cur.execute(_ROUTING_SELECT + where, params).fetchall()
+            return [RoutingRow(key, text, RoutingFlags(token, started, internal, resume,
+                                                       suspended, updated))
+                    for key, text, token, started, internal, resume, suspended, updated
+                    in rows]
+
+        return self._read(read)
+
+    def routing_keys(self) -> dict[str, None]:
+        """Every routing key, as an ordered set (``dict`` with ``None`` values)."""
+        return self._read(lambda cur: dict.fromkeys(key for (key,) in cur.execute(
+            "SELECT session_key FROM routing ORDER BY session_key")))
+
+    def routing_rows(self) -> list[RoutingRow]:
+        """Every routing row."""
+        return self._routing(" ORDER BY session_key")
+
+    def routing_row(self, session_key: str) -> RoutingRow | None:
+        """One routing row, or ``None``."""
+        rows = self._routing(" WHERE session_key = %s", (session_key,))
+        return rows[0] if rows else None
+
+    def routing_flagged(self) -> list[RoutingRow]:
+        """The rows with a turn marker or a pending resume (from the partial index)."""
+        return self._routing(" WHERE active_turn_token IS NOT NULL OR resume_pending"
+                             " ORDER BY session_key")
+
+    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
+        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never."""
+        return self._routing(
+            " WHERE (updated_at < %s OR updated_at IS NULL) AND active_turn_token IS NULL"
+            " AND NOT resume_pending AND NOT suspended ORDER BY session_key", (cutoff,))
+
+    # -- the node ---------------------------------------------------------------------------
+
+    def node_values(self, node_id: str) -> dict[str, str]:
+        """The named state values of ``node_id``."""
+        return self._read(lambda cur: dict(cur.execute(
+            "SELECT name, value FROM node_state WHERE node_id = %s", (node_id,)).fetchall()))
+
+    # -- transcripts ------------------------------------------------------------------------
+
+    def _messages(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        def read(cur: Any) -> list[dict[str, Any]]:
+            rows = cur.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
+                               " ORDER BY id", params).fetchall()
+            return [public_message(role, content, name, json.loads(calls) if calls else None,
+                                   ts, tok)
+                    for role, content, name, calls, ts, tok in rows]
+
+        return self._read(read)
+
+    def load_messages(self, session_id: str,
+                      before_turn: str | None = None) -> list[dict[str, Any]]:
+        """The transcript of ``session_id`` in order (§17.13 shape); with ``before_turn``
+        only the messages written before that turn's first one."""
+        if before_turn is None:
+            return self._messages("session_id = %s", (session_id,))
+        return self._messages(
+            "session_id = %s AND id < COALESCE((SELECT min(id) FROM messages"
+            " WHERE session_id = %s AND turn_token = %s), 9223372036854775807)",
+            (session_id, session_id, before_turn))
+
+    def message_count(self, session_id: str) -> int:
+        """How many transcript messages ``session_id`` has."""
+        return self._read(lambda cur: int(cur.execute(
+            "SELECT count(*) FROM messages WHERE session_id = %s", (session_id,)
+        ).fetchone()[0]))
+
+    def turn_replies(self, turns: list[tuple[str, str, float | None]]
+                     ) -> dict[tuple[str, str], str]:
+        """``(session_id, token) -> content`` of each turn's reply, on one connection: its
+        last final reply row, else a reply its transcript ends with that was written after
+        the marker's start (``transcript.reply_after_marker``)."""
+
+        def read(cur: Any) -> dict[tuple[str, str], str]:
+            found = {}
+            for sid, token, started in turns:
+                row = cur.execute(_LAST_REPLY, (sid, token)).fetchone()
+                if row is not None:
+                    found[(sid, token)] = row[0]
+                    continue
+                last = cur.execute(_LAST_MESSAGE, (sid,)).fetchone()
+                if last is not None:
+                    role, content, calls, timestamp, turn = last
+                    reply = reply_after_marker(
+                        {"role": role, "content": content, "tool_calls": calls,
+                         "timestamp": timestamp, "turn_token": turn}, token, started)
+                    if reply is not None:
+                        found[(sid, token)] = reply
+            return found
+
+        return self._read(read)
+
+    # -- inbox, ledger, outbox --------------------------------------------------------------
+
+    def pending_inbox(self) -> list[tuple[str, dict[str, Any]]]:
+        """Unconsumed inbox events as ``(session_key, payload)``, in arrival (``seq``) order."""
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT session_key, payload FROM inbox WHERE consumed_at IS NULL ORDER BY seq"
+        ).fetchall())
+        return [(key, json.loads(payload)) for key, payload in rows]
+
+    def ledger_counts(self) -> dict[str, int]:
+        """How many ledger rows are in each state."""
+        return self._read(lambda cur: dict(cur.execute(
+            "SELECT state, count(*) FROM deliveries GROUP BY state").fetchall()))
+
+    def outbox_read(self, platform: str, chat_id: str | None, after: int,
+                    limit: int) -> list[dict[str, Any]]:
+        """One chat's outbox rows after cursor ``after``, oldest first."""
+        chat = "chat_id IS NULL" if chat_id is None else "chat_id = %s"
+        params: tuple[Any, ...] = (platform,) + (() if chat_id is None else (chat_id,))
+        sql = (f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM outbox"
+               f" WHERE platform = %s AND {chat} AND cursor > %s ORDER BY cursor LIMIT %s")
+
+        def read(cur: Any) -> list[dict[str, Any]]:
+            rows = cur.execute(sql, (*params, int(after), int(limit))).fetchall()
+            return [dict(zip(OUTBOX_COLUMNS, row, strict=True)) for row in rows]
+
+        return self._read(read)
+
+    def outbox_head(self) -> int:
+        """The highest outbox cursor, 0 when empty."""
+        return self._read(lambda cur: int(cur.execute(
+            "SELECT coalesce(max(cursor), 0) FROM outbox").fetchone()[0]))
+
+    # -- diagnostics ------------------------------------------------------------------------
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a diagnostic table (``protocol.DIAGNOSTIC_TABLES``), in key order."""
+        if table not in DIAGNOSTIC_TABLES:
+            raise ValueError(f"not a diagnostic table: {table!r}")
+
+        def read(cur: Any) -> list[dict[str, Any]]:
+            cur.execute(f"SELECT * FROM {table} ORDER BY {DIAGNOSTIC_ORDER[table]}")
+            names = [column.name for column in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+        return self._read(read)
+
+    def counts(self) -> dict[str, int]:
+        """Row counts: ``sessions``, ``messages``, ``routing``, ``pending_deliveries``."""
+
+        def read(cur: Any) -> dict[str, int]:
+            def one(sql: str) -> int:
+                return int(cur.execute(sql).fetchone()[0])
+
+            return {
+                "sessions": one("SELECT count(*) FROM sessions"),
+                "messages": one("SELECT count(*) FROM messages"),
+                "routing": one("SELECT count(*) FROM routing"),
+                "pending_deliveries": one(
+                    "SELECT count(*) FROM deliveries"
+                    " WHERE state IN ('pending', 'attempting', 'failed')"),
+            }
+
+        return self._read(read)

@@ -1,0 +1,166 @@
+"""``Writer``: op lists applied as transactions on the write connection, with group commit.
+
+The committer (:mod:`~hermes_actors.store.backends.postgres.committer`) hands over the lists
+that waited together; they are applied in ONE transaction. If anything in it fails, it is
+rolled back and every list is applied alone, in arrival order, so one bad list fails only
+its own caller (as on SQLite, a replay was preferred to a ``SAVEPOINT`` per list: failures
+are rare, and two more round trips per list are not).
+
+Failures, in the order they are handled:
+
+1. The server refused a statement (a constraint, data it cannot store):
+   :class:`~hermes_actors.errors.StoreError`
+   for that list, no retry; it is a programming error or bad data, not an outage.
+2. The connection broke, or the server asked for a retry (a serialization failure, a
+   deadlock), before ``COMMIT`` was sent: nothing was committed, so the transaction is run
+   again on a fresh connection, up to :data:`WRITE_ATTEMPTS` times, then
+   :class:`StoreUnavailableError` (the store then switches to degraded mode).
+3. The connection broke *during* ``COMMIT``: the transaction may or may not have committed,
+   and a replay could append a message or an outbox row twice. Nothing is retried; every
+   list of the transaction fails with :class:`StoreUnavailableError` saying so.
+
+Once a connection cannot even be opened, the rest of the group fails at once with the same
+error instead of waiting for a connect timeout per list.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from hermes_actors.errors import StoreUnavailableError
+from hermes_actors.store.backends.postgres.connection import Server
+from hermes_actors.store.backends.postgres.operations import PostgresOps
+from hermes_actors.store.ops import Op
+
+__all__ = ["WRITE_ATTEMPTS", "Writer"]
+
+log = logging.getLogger(__name__)
+
+#: Attempts of one write transaction before the database is declared unavailable.
+WRITE_ATTEMPTS = 3
+
+
+class _OutcomeUnknown(Exception):
+    """The connection broke during ``COMMIT``."""
+
+    def __init__(self, error: StoreUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _NoConnection(Exception):
+    """No write connection could be opened."""
+
+    def __init__(self, error: StoreUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Writer:
+    """Applies op lists on one write connection (only the committer calls it)."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._ops = PostgresOps()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            self._drop()
+            try:
+                conn = self._conn = self._server.connect()
+            except StoreUnavailableError as exc:
+                raise _NoConnection(exc) from None
+        return conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:  # already broken
+                pass
+
+    def close(self) -> None:
+        """Close the write connection (the committer has stopped)."""
+        self._drop()
+
+    def _transaction(self, body: Callable[[Any], Any]) -> Any:
+        """One attempt: ``BEGIN``, ``body(cursor)``, ``COMMIT``."""
+        conn = self._connection()
+        cur = conn.cursor()
+        try:
+            cur.execute("BEGIN")
+            result = body(cur)
+        except BaseException:
+            self._ops.committed(False)
+            try:
+                cur.execute("ROLLBACK")
+            except psycopg.Error:
+                self._drop()  # broken: the server rolls back when it sees the socket close
+            raise
+        try:
+            cur.execute("COMMIT")
+        except psycopg.Error as exc:
+            self._ops.committed(False)
+            if conn.closed or conn.broken:
+                self._drop()
+                raise _OutcomeUnknown(StoreUnavailableError(
+                    f"the connection to {self._server.where} broke during COMMIT, so the "
+                    f"write may or may not be stored: {self._server.scrub(exc)}")) from None
+            raise
+        self._ops.committed(True)
+        return result
+
+    def apply_group(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
+        """Apply several callers' lists in one transaction; ``(ok, results or error)`` each."""
+        if len(lists) > 1:
+            try:
+                results = self._transaction(
+                    lambda cur: [[self._ops.apply(cur, op) for op in ops] for ops in lists])
+            except (_OutcomeUnknown, _NoConnection) as exc:
+                return [(False, exc.error)] * len(lists)
+            except Exception as exc:  # noqa: BLE001 - replayed one by one below
+                log.debug("group commit of %d lists failed (%s); applying them one by one",
+                          len(lists), self._server.scrub(exc))
+            else:
+                return [(True, r) for r in results]
+        outcomes: list[tuple[bool, Any]] = []
+        for ops in lists:
+            try:
+                outcomes.append((True, self.apply(ops)))
+            except _NoConnection as exc:  # the others would wait for the same timeout
+                outcomes.extend([(False, exc.error)] * (len(lists) - len(outcomes)))
+                break
+            except Exception as exc:  # noqa: BLE001 - raised in that list's caller
+                outcomes.append((False, exc))
+        return outcomes
+
+    def apply(self, ops: list[Op]) -> list[Any]:
+        """Apply one list as one transaction, retrying as the module docstring says; raises
+        ``_NoConnection`` when no connection can be opened (``apply_group`` reports it)."""
+        failures = 0
+        while True:
+            try:
+                return self._transaction(lambda cur: [self._ops.apply(cur, op) for op in ops])
+            except _OutcomeUnknown as exc:
+                raise exc.error from None
+            except _NoConnection:
+                failures += 1
+                if failures < WRITE_ATTEMPTS:
+                    continue
+                raise
+            except psycopg.OperationalError as exc:  # lost connection, retry requested
+                failures += 1
+                if failures < WRITE_ATTEMPTS:
+                    log.warning("write to %s failed (%s); retrying", self._server.where,
+                                self._server.scrub(exc))
+                    continue
+                raise self._server.unavailable("write", exc) from None
+            except psycopg.Error as exc:  # a constraint, data the server cannot store
+                raise self._server.rejected("write", exc) from None

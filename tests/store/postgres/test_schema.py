@@ -1,0 +1,105 @@
+"""Forward migrations and their version table, lost tables, read-only opens, and the models
+that build the varying queries staying in step with the DDL."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.store.backends.postgres import models, schema
+from hermes_actors.store.ops import PutRouting
+from hermes_actors.store.routing import NO_FLAGS
+
+
+def _sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+class TestMigrations:
+    """A database is brought to the latest version once, and its history is recorded."""
+
+    def test_a_fresh_database_records_every_migration(self, pg, postgres_dsn):
+        rows = _sql(postgres_dsn, "SELECT version FROM schema_version ORDER BY version")
+        assert [v for (v,) in rows] == list(range(1, schema.SCHEMA_VERSION + 1))
+        assert pg.integrity_check() == "ok"
+
+    def test_a_reopen_runs_nothing_again(self, open_pg, postgres_dsn):
+        open_pg().close()
+        before = _sql(postgres_dsn, "SELECT version, applied_at FROM schema_version")
+        open_pg()
+        assert _sql(postgres_dsn, "SELECT version, applied_at FROM schema_version") == before
+
+    def test_concurrent_opens_migrate_once(self, open_pg, postgres_dsn):
+        barrier = threading.Barrier(3)
+        errors: list[BaseException] = []
+
+        def start() -> None:
+            barrier.wait(10)
+            try:
+                open_pg()
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        assert _sql(postgres_dsn, "SELECT count(*) FROM schema_version") == [
+            (schema.SCHEMA_VERSION,)]
+
+    def test_a_newer_schema_is_refused_untouched(self, open_pg, postgres_dsn):
+        open_pg().close()
+        _sql(postgres_dsn, "INSERT INTO schema_version (version) VALUES (%s)",
+             (schema.SCHEMA_VERSION + 1,))
+        with pytest.raises(StoreError, match="newer than this hermes_actors"):
+            open_pg()
+
+    def test_a_lost_table_comes_back_empty(self, open_pg, postgres_dsn):
+        pg = open_pg()
+        pg.apply([PutRouting("k", "{}", *NO_FLAGS)])
+        pg.close()
+        _sql(postgres_dsn, "DROP TABLE routing")
+        again = open_pg()
+        assert again.routing_rows() == [] and again.integrity_check() == "ok"
+
+    def test_integrity_names_what_is_missing(self, pg, postgres_dsn):
+        _sql(postgres_dsn, "DROP INDEX routing_flagged")
+        assert pg.integrity_check() == "routing_flagged is missing"
+
+
+class TestReadOnly:
+    """A read-only open changes nothing and refuses writes."""
+
+    def test_an_empty_database_is_not_a_store(self, open_pg, postgres_dsn):
+        with pytest.raises(StoreUnavailableError, match="no hermes_actors database"):
+            open_pg(read_only=True)
+        assert _sql(postgres_dsn, "SELECT to_regclass('schema_version')") == [(None,)]
+
+    def test_writes_are_refused(self, open_pg, home):
+        open_pg().apply([PutRouting("k", "{}", *NO_FLAGS)])
+        ro = open_pg(read_only=True)
+        assert [row.session_key for row in ro.routing_rows()] == ["k"]
+        with pytest.raises(StoreError, match="read-only"):
+            ro.apply([PutRouting("j", "{}", *NO_FLAGS)])
+        with pytest.raises(StoreError):  # the session itself is read-only too
+            ro.sql("DELETE FROM routing")
+
+
+class TestModels:
+    """The peewee models describe the tables the DDL creates, column for column."""
+
+    def test_models_match_the_ddl(self, pg):
+        for model in models.MODELS:
+            table = model._meta.table_name
+            columns = [name for (name,) in pg.sql(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = %s"
+                " ORDER BY ordinal_position", (table,))]
+            assert columns == [f.column_name for f in model._meta.sorted_fields], table

@@ -1,0 +1,147 @@
+"""Writes on PostgreSQL: group commit of concurrent callers with list-by-list replay,
+``apply_later`` that never blocks, retries on a fresh connection, and the node's files."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store.ops import NodeValue, PutRouting, SetRoutingFlags
+from hermes_actors.store.routing import NO_FLAGS
+
+MARKED = NO_FLAGS._replace(active_turn_token="t" * 32)
+
+
+class _NotAnOp:
+    """Something no backend can apply."""
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.002)
+
+
+def _put(key: str) -> PutRouting:
+    return PutRouting(key, "{}", *NO_FLAGS)
+
+
+class _RowLock:
+    """Holds a lock on routing row ``key`` from another session, so the committer's next
+    transaction that touches it waits on the server while callers pile up behind it."""
+
+    def __init__(self, dsn: str, key: str) -> None:
+        self.conn = psycopg.connect(dsn)
+        self.conn.execute("SELECT 1 FROM routing WHERE session_key = %s FOR UPDATE", (key,))
+
+    def waiters(self) -> int:
+        return self.conn.execute(  # a second connection: this one is in its transaction
+            "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]
+
+    def release(self) -> None:
+        self.conn.rollback()
+        self.conn.close()
+
+
+class TestGroupCommit:
+    """Lists waiting together share one transaction; a bad one fails only its caller."""
+
+    def test_waiting_lists_share_a_transaction_and_a_bad_one_fails_alone(self, pg,
+                                                                          postgres_dsn):
+        pg.apply([_put("blocker")])
+        lock = _RowLock(postgres_dsn, "blocker")
+        results: dict[str, object] = {}
+
+        def call(name: str, ops: list) -> threading.Thread:
+            def target() -> None:
+                try:
+                    results[name] = pg.apply(ops)
+                except StoreError as exc:
+                    results[name] = exc
+
+            thread = threading.Thread(target=target)
+            thread.start()
+            return thread
+
+        first = call("first", [SetRoutingFlags("blocker", *MARKED)])
+        with psycopg.connect(postgres_dsn, autocommit=True) as watcher:
+            _wait_for(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] == 1)
+        before = pg.statistics()
+        threads = []
+        for n, ops in enumerate([[_put("a")], [_put("b"), _NotAnOp()], [_put("c")]]):
+            threads.append(call(f"l{n}", ops))
+            _wait_for(lambda n=n: pg.statistics().waiting == n + 1)  # fixes their order
+        lock.release()
+        for thread in [first, *threads]:
+            thread.join(30)
+        assert results["first"] == [1]
+        assert results["l0"] == [None] and results["l2"] == [None]
+        assert isinstance(results["l1"], StoreError)
+        assert sorted(pg.routing_keys()) == ["a", "blocker", "c"]  # nothing of l1
+        after = pg.statistics()
+        assert after.largest_group == 3
+        assert after.transactions - before.transactions == 2  # the blocked one, then all three
+
+    def test_apply_later_returns_while_the_writer_waits(self, pg, postgres_dsn):
+        pg.apply([_put("blocker")])
+        lock = _RowLock(postgres_dsn, "blocker")
+        done = threading.Event()
+        seen: list = []
+        pg.apply_later([SetRoutingFlags("blocker", *MARKED)],
+                       lambda ok, value: (seen.append((ok, value)), done.set()))
+        pg.apply_later([_put("later")], lambda ok, value: seen.append((ok, value)))
+        assert seen == []  # both calls returned although nothing could commit yet
+        lock.release()
+        assert done.wait(30)
+        _wait_for(lambda: len(seen) == 2)
+        assert seen == [(True, [1]), (True, [None])]
+
+
+class TestReconnect:
+    """A connection the server dropped is replaced, for writes (nothing was committed yet)
+    and for reads."""
+
+    def test_writes_and_reads_survive_a_terminated_connection(self, pg, postgres_dsn):
+        pg.apply([_put("a")])
+        assert pg.routing_row("a") is not None
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            mine = admin.info.backend_pid
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> %s"
+                " AND application_name = 'hermes_actors'", (mine,))
+        pg.apply([_put("b")])
+        assert sorted(pg.routing_keys()) == ["a", "b"]
+
+
+class TestNodeFiles:
+    """The node id is the home's; node state a degraded start left there is imported."""
+
+    def test_node_id_lives_in_the_home(self, open_pg, home):
+        node = open_pg().node_id()
+        assert (home / "node_id").read_text().strip() == node
+
+    def test_home_files_are_imported_and_removed(self, open_pg, home):
+        (home / "node_id").write_text("n" * 32 + "\n")
+        (home / "restart_counts.json").write_text(json.dumps({"k": 2}))
+        pg = open_pg()
+        assert pg.node_id() == "n" * 32
+        assert pg.node_values("n" * 32) == {"restart_counts": '{"k": 2}'}
+        assert not (home / "restart_counts.json").exists()
+        pg.apply([NodeValue("n" * 32, "restart_counts", None)])
+        assert pg.node_values("n" * 32) == {}
+
+
+@pytest.mark.parametrize("bad", ["nul \x00 byte"])
+def test_text_the_server_cannot_store_fails_only_the_call(pg, bad):
+    with pytest.raises(StoreError, match="rejected"):
+        pg.apply([PutRouting("k", bad, *NO_FLAGS)])
+    pg.apply([_put("k")])
+    assert pg.routing_row("k") is not None
