@@ -11,9 +11,9 @@ after a restart the first poll (no offset) returns every unacknowledged update.
 
 Updates that are not messages for the agent, and chats outside ``allowed_chats``, are
 acknowledged and dropped; a dropped chat is logged once (a bounded memory of chats, so a
-public bot's strangers cannot grow it). A failed poll, or a store that cannot take the
-message, is retried with a growing pause (1 s to 30 s) without acknowledging anything; a
-gateway that stopped accepting ends the loop.
+public bot's strangers cannot grow it). A failed poll, a store that cannot take the
+message, or any other failure is retried with a growing pause (1 s to 30 s) without
+acknowledging anything; a gateway that stopped accepting ends the loop.
 """
 
 from __future__ import annotations
@@ -111,10 +111,14 @@ class UpdatePoller:
                     failures = 0
                 except _Stop:
                     return
-                except (TelegramError, StoreError) as exc:
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
                     pause = BACKOFF[min(failures, len(BACKOFF) - 1)]
                     failures += 1
-                    log.warning("event=telegram_poll_failed error=%s retry_in=%.0fs", exc, pause)
+                    if isinstance(exc, (TelegramError, StoreError)):
+                        log.warning("event=telegram_poll_failed error=%s retry_in=%.0fs",
+                                    exc, pause)
+                    else:  # a bug: nothing was acknowledged, the update comes again
+                        log.exception("event=telegram_poll_failed retry_in=%.0fs", pause)
                     if self._wait(self._stopped, pause):
                         return
         finally:
@@ -143,8 +147,13 @@ class UpdatePoller:
         message = update.message
         event = None
         if message is not None:
-            event = message_event(message, update_id=update.update_id,
-                                  bot_username=self._bot_username)
+            try:
+                event = message_event(message, update_id=update.update_id,
+                                      bot_username=self._bot_username)
+            except (TypeError, ValueError, AttributeError) as exc:  # a message we cannot read
+                log.warning("event=telegram_skipped update_id=%s error=%s", update.update_id,
+                            type(exc).__name__)
+                return
         if event is None:
             log.debug("event=telegram_skipped update_id=%s", update.update_id)
             return
