@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "STORE_BACKENDS",
     "StoreConfig",
+    "TelegramConfig",
     "WhatsAppConfig",
     "load_config",
 ]
@@ -188,6 +189,29 @@ def _aliases(key: str, value: Any) -> dict[str, str]:
     return out
 
 
+def _chat_ids(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise _fail(key, "a list of chat ids", value)
+    out = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (str, int)) or not str(item).strip():
+            raise _fail(key, "a list of chat ids (numbers or strings)", item)
+        out.append(str(item).strip())
+    return tuple(dict.fromkeys(out))
+
+
+def _url(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower().startswith(("http://", "https://")):
+        return value.strip().rstrip("/")
+    raise _fail(key, "an http:// or https:// URL", value)
+
+
 def _path(key: str, value: Any) -> Path | None:
     if value is None:
         return None
@@ -275,6 +299,24 @@ class HttpConfig:
     #: Seconds a request body may take to arrive (slow clients get 408).
     body_timeout: float = _opt(_number(0.001), 10.0)
     platforms: tuple[str, ...] = _opt(_platform_list, ("webhook", "api_server"))
+    #: Open ``GET /v1/stream`` connections at most; more are answered 503.
+    max_streams: int = _opt(_number(1, integer=True), 256)
+    #: Seconds between keep-alive comments on an idle stream.
+    stream_keepalive: float = _opt(_number(0.01), 15.0)
+
+
+@dataclass(frozen=True)
+class TelegramConfig:
+    """``telegram``: the Telegram adapter, on when ``platforms`` lists ``telegram``."""
+
+    #: The environment variable holding the bot token (the token is never in the file).
+    token_env: str = _opt(_str, "TELEGRAM_BOT_TOKEN")
+    #: Another Bot API server (a self-hosted one, a test's fake); ``None``: Telegram's.
+    api_base_url: str | None = _opt(_url, None)
+    #: Seconds one ``getUpdates`` long poll may wait (Telegram allows up to 50).
+    poll_timeout: int = _opt(_number(1, integer=True, maximum=50), 30)
+    #: Chat ids answered; empty: every chat (a public bot is open to anyone).
+    allowed_chats: tuple[str, ...] = _opt(_chat_ids, ())
 
 
 @dataclass(frozen=True)
@@ -349,6 +391,7 @@ class GatewayConfig:
     platforms: tuple[str, ...] = _opt(_platform_list, ())
     home_channels: dict[str, HomeChannel] = _opt(_home_channels, None)
     whatsapp: WhatsAppConfig = _section(WhatsAppConfig)
+    telegram: TelegramConfig = _section(TelegramConfig)
     store: StoreConfig = _section(StoreConfig)
     #: Dotted paths of legacy keys that were accepted and ignored (``session_reset.mode``).
     ignored_keys: tuple[str, ...] = ()

@@ -1,5 +1,8 @@
-"""The ``PlatformAdapter`` protocol and ``SendResult`` (§1.1), and the optional richer
-``deliver`` of an adapter that wants to know what it sends (:class:`DeliveryAwareAdapter`)."""
+"""The ``PlatformAdapter`` protocol and ``SendResult`` (§1.1), and two optional extras: the
+richer ``deliver`` of an adapter that wants to know what it sends
+(:class:`DeliveryAwareAdapter`) and the "typing…" indicator of a platform that shows one
+while a turn runs (:class:`TypingAwareAdapter`). The gateway checks for each once, so a
+plain adapter needs neither."""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["DeliveryAwareAdapter", "Outgoing", "PlatformAdapter", "SendResult"]
+__all__ = ["DeliveryAwareAdapter", "Outgoing", "PlatformAdapter", "SendResult", "Typing",
+           "TypingAwareAdapter"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,11 @@ class SendResult:
     success: bool
     message_id: str | None = None
     error: str | None = None
+    #: A failed send the platform asked to retry after this many seconds (a rate limit):
+    #: the gateway waits and tries again while the ledger's attempts last.
+    retry_after: float | None = None
+    #: When only the first part of a split text went out: the rest, which a retry sends.
+    unsent: str | None = None
 
 
 @runtime_checkable
@@ -54,4 +63,22 @@ class DeliveryAwareAdapter(Protocol):
 
     def deliver(self, outgoing: Outgoing) -> SendResult:
         """Deliver ``outgoing``."""
+        ...
+
+
+class Typing(Protocol):
+    """A running "typing…" indicator."""
+
+    def stop(self) -> None:
+        """Stop showing it (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class TypingAwareAdapter(Protocol):
+    """An adapter that shows the chat that the agent is working: the gateway starts the
+    indicator when a turn's agent starts and stops it before the answer is sent."""
+
+    def start_typing(self, target: SessionSource) -> Typing:
+        """Start showing "typing…" in ``target``'s chat (and thread); never raises."""
         ...

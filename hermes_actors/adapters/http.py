@@ -1,8 +1,9 @@
 """The HTTP adapter (§12): a small JSON API in front of a :class:`Gateway`, as a WSGI app.
 
 Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (replies, by
-cursor, with a long poll), ``GET /v1/sessions`` and ``GET /v1/sessions/<key>``, ``GET
-/healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
+cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
+Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
+/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
 ``/healthz``. What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
@@ -37,6 +38,7 @@ from hermes_actors.adapters.http_requests import (
     parse_outbox_query,
     parse_query,
 )
+from hermes_actors.adapters.http_stream import EventStream, StreamSlots, parse_stream_query
 from hermes_actors.adapters.outbox import Outbox
 from hermes_actors.errors import HermesActorsError, StoreError
 from hermes_actors.model.entry import validate_session_key
@@ -66,13 +68,16 @@ _REASONS = {
 
 
 class _Response:
-    """Status, headers and body of one answer."""
+    """Status, headers and body of one answer (or, for a stream, its iterable body)."""
 
     def __init__(self, status: int, body: bytes, content_type: str,
-                 headers: Iterable[tuple[str, str]] = ()) -> None:
+                 headers: Iterable[tuple[str, str]] = (), *,
+                 stream: EventStream | None = None) -> None:
         self.status = status
         self.body = body
-        self.headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
+        self.stream = stream
+        length = () if stream is not None else (("Content-Length", str(len(body))),)
+        self.headers = [("Content-Type", content_type), *length,
                         ("Cache-Control", "no-store"), *headers]
 
 
@@ -202,11 +207,15 @@ class HttpApi:
         self.accepting = True
         #: The Prometheus metrics served at ``/metrics``.
         self.metrics = GatewayMetrics(gateway, report=report, outbox=outbox)
+        #: Open ``/v1/stream`` connections, at most ``http.max_streams``.
+        self.streams = StreamSlots(int(getattr(settings, "max_streams", 256)))
+        self._keepalive = float(getattr(settings, "stream_keepalive", 15.0))
         self._routes: dict[str, dict[str, Callable[[_Request], _Response]]] = {
             "/healthz": {"GET": self._healthz},
             "/metrics": {"GET": self._metrics},
             "/v1/messages": {"POST": self._post_message},
             "/v1/outbox": {"GET": self._get_outbox},
+            "/v1/stream": {"GET": self._get_stream},
             "/v1/sessions": {"GET": self._list_sessions},
             _SESSIONS_PREFIX: {"GET": self._get_session},
         }
@@ -240,6 +249,8 @@ class HttpApi:
                         (time.perf_counter() - began) * 1000.0)
         reason = _REASONS.get(response.status, "")
         start_response(f"{response.status} {reason}", response.headers)
+        if response.stream is not None:
+            return response.stream  # type: ignore[return-value]  # an iterable with close()
         return _Answer(response.body, request)
 
     def _route_name(self, path: str) -> str:
@@ -312,6 +323,19 @@ class HttpApi:
             "messages": [_outbox_message(row) for row in rows],
             "cursor": rows[-1]["cursor"] if rows else after,
         })  # fmt: skip
+
+    def _get_stream(self, request: _Request) -> _Response:
+        platform, chat_id, after = parse_stream_query(
+            request.query, request.environ.get("HTTP_LAST_EVENT_ID"), platforms=self._platforms)
+        start = self._outbox.head() if after is None else after
+        if not self.streams.acquire():
+            raise RequestError(503, f"too many open streams (http.max_streams is "
+                               f"{self.streams.limit}); use GET /v1/outbox or retry later",
+                               [("Retry-After", _RETRY_AFTER)])
+        stream = EventStream(self._outbox, self.streams, platform, chat_id, start,
+                             self._keepalive, _outbox_message)
+        return _Response(200, b"", "text/event-stream; charset=utf-8",
+                         [("X-Accel-Buffering", "no")], stream=stream)
 
     def _list_sessions(self, request: _Request) -> _Response:
         limit = parse_count(parse_query(request.query))

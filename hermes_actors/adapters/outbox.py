@@ -121,6 +121,8 @@ class Outbox:
         while True:
             with self._cond:
                 seen = self._versions.get(chat, 0)
+                if self._closed:
+                    return []  # the store may be closed already (the end of a stop)
             rows = self.read(platform, chat_id, after, limit)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0 or self._closed:

@@ -45,10 +45,15 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_chat(parser: argparse.ArgumentParser) -> None:
-    """``chat [--config FILE] [--agent KIND] [--chat-id ID] [--user-id ID]``."""
+    """``chat [--config FILE] [--agent KIND] [--chat-id ID] [--user-id ID] [--url URL]
+    [--token T]``."""
     _configure_config(parser)
     parser.add_argument("--chat-id", default="console", help="chat id (default: console)")
     parser.add_argument("--user-id", help="your user id (default: your login name)")
+    parser.add_argument("--url", help="talk to the gateway running at URL (its HTTP API and "
+                        "event stream) instead of opening the home")
+    parser.add_argument("--token", help="bearer token with --url (default: "
+                        "$HERMES_HTTP_TOKEN, or http.token in the home's config.yaml)")
 
 
 def configure_send(parser: argparse.ArgumentParser) -> None:

@@ -1,13 +1,15 @@
-"""The HTTP client behind ``hermes-actors send`` (§17.35, §17.49), on the standard library.
+"""The HTTP client behind ``hermes-actors send`` and ``chat --url`` (§17.35, §17.49), on the
+standard library.
 
-``send --wait`` must not miss a fast reply, so the order is: ask the outbox for its current
-end (``after=latest``), post the message, then long-poll for that chat from the end it read
-before posting. Only messages that answer the posted event (its id is in their
-``in_reply_to``) count: a late reply to an earlier message of the same chat is skipped.
-A ``reply``/``recovered`` ends the wait; a ``notice`` (an acknowledgement such as "Queued for
-the next turn.") is printed and the wait goes on, unless the session is idle by then,
-because then the notice was the whole answer (``/status``, a failure notice, a silenced
-turn).
+``send --wait`` must not miss a fast reply, so the order is: open the conversation's event
+stream (``GET /v1/stream``, from the outbox's current end), post the message, then read the
+stream. Only messages that answer the posted event (its id is in their ``in_reply_to``)
+count: a late reply to an earlier message of the same chat is skipped (``chat`` shows
+everything of its conversation). A ``reply``/``recovered`` ends the wait; a ``notice`` (an
+acknowledgement such as "Queued for the next turn.") is printed and the wait goes on, unless
+the session is idle by then, because then the notice was the whole answer (``/status``, a
+failure notice, a silenced turn); the outbox is then read once more (``GET /v1/outbox``), so
+an answer still on its way through the stream is not missed either.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClientError", "GatewayClient", "SendOptions", "send"]
+from hermes_actors.process.sse import StreamReader, StreamRefused
+
+__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "send"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
-#: Longest single long poll, in seconds (the server caps ``wait`` at 60).
-_POLL = 25.0
-#: Poll length once a notice arrived, to re-check whether the session went idle.
+#: Seconds between checks whether the session went idle, once a notice arrived.
 _NOTICE_POLL = 1.0
 
 
@@ -93,6 +95,18 @@ class GatewayClient:
         """``GET /v1/sessions/<key>``."""
         return self.request("GET", "/v1/sessions/" + urllib.parse.quote(key, safe=""))
 
+    def stream(self, chat_id: str, platform: str, after: int | str = "latest"
+               ) -> StreamReader:
+        """``GET /v1/stream``, opened (its start is fixed when this returns)."""
+        reader = StreamReader(self.url, chat_id, platform, token=self._token, after=after)
+        try:
+            return reader.open()
+        except StreamRefused as exc:
+            raise ClientError(f"the gateway answered {exc.status}: {exc}",
+                              refused=exc.status < 500, status=exc.status) from None
+        except (OSError, ValueError) as exc:
+            raise ClientError(f"no gateway answered at {self.url} ({exc})") from None
+
 
 @dataclass(frozen=True)
 class SendOptions:
@@ -111,57 +125,80 @@ def send(client: GatewayClient, options: SendOptions,
     """Post the message; with ``wait``, print the replies that follow it. Returns False when
     ``wait`` was asked and no answer came within the timeout (:class:`ClientError` when a
     request fails)."""
-    start = None
-    if options.wait:
-        start = client.outbox(options.chat_id, options.platform, "latest")["cursor"]
-    accepted = client.post_message({
-        "chat_id": options.chat_id, "user_id": options.user_id,
-        "platform": options.platform, "text": options.text,
-    })  # fmt: skip
-    if not options.wait:
-        out(f"accepted session_key={accepted['session_key']} event_id={accepted['event_id']} "
-            f"queue_depth={accepted['queue_depth']}")
-        return True
-    assert start is not None  # read before posting (wait is set)
-    return _await_answer(client, options, accepted["session_key"], accepted["event_id"], start,
-                         out)
-
-
-def _await_answer(client: GatewayClient, options: SendOptions, key: str, event_id: str,
-                  cursor: int, out: Callable[[str], None]) -> bool:
-    deadline = time.monotonic() + options.timeout
-    noticed = False
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and not noticed:
-            return False
-        poll = max(0.0, min(remaining, _NOTICE_POLL if noticed else _POLL))
-        cursor, answered, noticed_now = _read_answers(client, options, event_id, cursor, poll,
-                                                      out)
-        noticed = noticed or noticed_now
-        if answered:
+    stream = client.stream(options.chat_id, options.platform) if options.wait else None
+    try:
+        accepted = client.post_message({
+            "chat_id": options.chat_id, "user_id": options.user_id,
+            "platform": options.platform, "text": options.text,
+        })  # fmt: skip
+        if stream is None:
+            out(f"accepted session_key={accepted['session_key']} "
+                f"event_id={accepted['event_id']} queue_depth={accepted['queue_depth']}")
             return True
-        if noticed and (_idle(client, key) or remaining <= 0):
-            # Idle now: whatever answers it is in the outbox already (written before the
-            # turn ended), so one more read cannot miss it.
-            return _read_answers(client, options, event_id, cursor, 0.0, out)[1] \
-                or _idle(client, key)
+        waiter = AnswerWaiter(client, stream, options.chat_id, options.platform, out)
+        return waiter.wait(accepted["session_key"], accepted["event_id"], options.timeout)
+    finally:
+        if stream is not None:
+            stream.close()
 
 
-def _read_answers(client: GatewayClient, options: SendOptions, event_id: str, cursor: int,
-                  wait: float, out: Callable[[str], None]) -> tuple[int, bool, bool]:
-    """One outbox poll: prints the messages answering ``event_id``; returns the new cursor,
-    whether an answer came and whether a notice did."""
-    page = client.outbox(options.chat_id, options.platform, cursor, wait)
-    noticed = False
-    for message in page["messages"]:
-        if event_id not in message.get("in_reply_to", ()):
-            continue  # the answer to another message of this chat
-        out(message["text"])
-        if message["kind"] in ANSWER_KINDS:
-            return page["cursor"], True, noticed
-        noticed = True
-    return page["cursor"], False, noticed
+class AnswerWaiter:
+    """Reads a conversation's stream until the answer to one posted event came.
+
+    With ``show_all`` every message of the conversation is printed (the console), else only
+    those answering the event. A message is printed once, however it was read.
+    """
+
+    def __init__(self, client: GatewayClient, stream: StreamReader, chat_id: str,
+                 platform: str, out: Callable[[str], None], *, show_all: bool = False) -> None:
+        self._client = client
+        self._stream = stream
+        self._chat_id = chat_id
+        self._platform = platform
+        self._out = out
+        self._show_all = show_all
+        self._printed: set[int] = set()
+        #: The last cursor taken from the stream (where a catch-up read starts).
+        self._cursor = stream.last_id or 0
+
+    def wait(self, key: str, event_id: str, timeout: float) -> bool:
+        """True once an answer to ``event_id`` came (or a notice, and the session is idle);
+        False when nothing answered it within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        noticed = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and not noticed:
+                return False
+            wait = max(0.0, min(remaining, _NOTICE_POLL)) if noticed else remaining
+            message = self._stream.next(wait)
+            if message is not None:
+                self._cursor = max(self._cursor, int(message["cursor"]))
+            if message is None:
+                if noticed and (_idle(self._client, key) or remaining <= 0):
+                    # Idle now: whatever answers it is in the outbox already.
+                    return self._catch_up(event_id) or _idle(self._client, key)
+                continue
+            answered = self._show(message, event_id)
+            if answered is True:
+                return True
+            noticed = noticed or answered is False
+
+    def _show(self, message: dict[str, Any], event_id: str) -> bool | None:
+        """Print ``message`` if it is to be shown; True: it answers ``event_id``, False: it
+        is a notice for it, None: it is about something else."""
+        mine = event_id in message.get("in_reply_to", ())
+        if message["cursor"] in self._printed or not (mine or self._show_all):
+            return None
+        self._printed.add(message["cursor"])
+        self._out(message["text"])
+        if not mine:
+            return None
+        return message["kind"] in ANSWER_KINDS
+
+    def _catch_up(self, event_id: str) -> bool:
+        page = self._client.outbox(self._chat_id, self._platform, self._cursor, 0.0)
+        return any(self._show(m, event_id) for m in page["messages"])
 
 
 def _idle(client: GatewayClient, key: str) -> bool:

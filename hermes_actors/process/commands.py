@@ -63,13 +63,30 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def chat_command(args: argparse.Namespace) -> int:
-    """``chat``: an interactive console session on an embedded gateway."""
+    """``chat``: an interactive console session on an embedded gateway, or with ``--url``
+    on a running one."""
+    if getattr(args, "url", None):
+        return _remote_chat(args)
     from hermes_actors.process.console import chat
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s %(message)s")
     home, config = load_home_config(args)
     return chat(home, config, chat_id=args.chat_id, user_id=args.user_id)
+
+
+def _remote_chat(args: argparse.Namespace) -> int:
+    from hermes_actors.process.client import ClientError, GatewayClient
+    from hermes_actors.process.console import remote_chat
+
+    token = args.token or _home_http_settings(resolve_home(args)).token or None
+    try:
+        return remote_chat(GatewayClient(args.url, token), chat_id=args.chat_id,
+                           user_id=args.user_id)
+    except ClientError as exc:
+        if exc.refused:
+            raise UsageError(str(exc)) from None
+        raise CommandFailed(str(exc)) from None
 
 
 def send_command(args: argparse.Namespace) -> int:

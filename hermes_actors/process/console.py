@@ -1,4 +1,5 @@
-"""``hermes-actors chat``: an interactive console session on an embedded gateway.
+"""``hermes-actors chat``: an interactive console session, on an embedded gateway or, with
+``--url``, on a running one.
 
 Plain threads, no gevent: the console is one user typing, and the embedded ``Gateway`` is
 exactly what a host service would run. Each line is one message on platform ``local``; the
@@ -6,6 +7,12 @@ console waits until the gateway is idle before reading the next line, so replies
 order under the message that caused them (a piped script reads the same as a typed session).
 Ctrl-C during a turn sends ``/stop``; ``/quit``, ``/exit``, end of input or Ctrl-C at the prompt
 end the session with a graceful stop, like ``run`` does on SIGTERM.
+
+``chat --url`` (:func:`remote_chat`) talks to a gateway that ``run`` serves instead of
+opening the home: each line is posted (platform ``webhook``), and the conversation's event
+stream (``GET /v1/stream``) prints every message of the chat as it is written; the next line
+is read once the answer to the last one came. Messages that arrive between two lines (a
+delegation's result) are printed at the next one.
 """
 
 from __future__ import annotations
@@ -13,14 +20,17 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from hermes_actors.adapters.base import SendResult
 from hermes_actors.config import GatewayConfig
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["QUIT_WORDS", "ConsoleAdapter", "chat"]
+__all__ = ["QUIT_WORDS", "ConsoleAdapter", "chat", "remote_chat"]
+
+#: Seconds ``chat --url`` waits for the answer to a line.
+REMOTE_TIMEOUT = 600.0
 
 #: Lines that end the session.
 QUIT_WORDS = ("/quit", "/exit")
@@ -89,6 +99,48 @@ def _loop(gateway, source: SessionSource, stdin: TextIO, stdout: TextIO,
         except KeyboardInterrupt:
             gateway.submit(MessageEvent(source=source, text="/stop"))
             gateway.wait_idle()
+
+
+def remote_chat(client: Any, *, chat_id: str = "console", user_id: str | None = None,
+                platform: str = "webhook", stdin: TextIO = sys.stdin,
+                stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
+                timeout: float = REMOTE_TIMEOUT) -> int:
+    """The console over HTTP: ``client`` is a ``GatewayClient``; returns the exit code."""
+    from hermes_actors.process.client import AnswerWaiter
+
+    def out(text: str) -> None:
+        stdout.write(text + "\n")
+        stdout.flush()
+
+    interactive = stdin.isatty()
+    stream = client.stream(chat_id, platform)
+    waiter = AnswerWaiter(client, stream, chat_id, platform, out, show_all=True)
+    if interactive:
+        stderr.write(f"Connected to {client.url}; /quit or Ctrl-D ends the session.\n")
+    fields = {"chat_id": chat_id, "user_id": user_id or _user(), "platform": platform}
+    try:
+        while True:
+            if interactive:
+                stdout.write("> ")
+                stdout.flush()
+            line = stdin.readline()
+            if not line or line.strip().lower() in QUIT_WORDS:
+                return 0
+            text = line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            accepted = client.post_message({**fields, "text": text})
+            try:
+                answered = waiter.wait(accepted["session_key"], accepted["event_id"], timeout)
+            except KeyboardInterrupt:
+                client.post_message({**fields, "text": "/stop"})
+                continue
+            if not answered:
+                stderr.write(f"(no reply within {timeout:g}s)\n")
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stream.close()
 
 
 def _user() -> str:

@@ -5,15 +5,20 @@ is patched before this module is imported), SQLite runs on the store's own nativ
 thread, and the HTTP adapter is gevent's ``WSGIServer``, one greenlet per request, so a
 client long-polling the outbox costs a greenlet. The order of a run:
 
-1. take ``<home>/gateway.lock`` (``Gateway.claim_home()``: a second gateway on the same home,
+1. read the chat platforms' settings (``platforms: [telegram]``: a missing token fails here);
+2. take ``<home>/gateway.lock`` (``Gateway.claim_home()``: a second gateway on the same home,
    standalone or embedded, is refused);
-2. bind the listening socket (a port in use fails before any recovery work);
-3. ``Gateway.start()`` (recovery, which logs its one-line summary);
-4. serve until SIGTERM or SIGINT; new messages are then refused with 503 while running work
+3. check each platform (Telegram's ``getMe``: a rejected token fails here, exit 2);
+4. bind the listening socket (a port in use fails before any recovery work);
+5. ``Gateway.start()`` (recovery, which logs its one-line summary), then the platforms'
+   ingress (Telegram's long poll), so nothing arrives before recovery opened the gateway;
+6. serve until SIGTERM or SIGINT; new messages are then refused with 503 (and platforms stop
+   taking updates: what they did not acknowledge comes again next start) while running work
    drains for up to ``restart_drain_timeout`` seconds; a second signal ends the drain at
    once (turns still running are interrupted and marked for resumption, as at a deadline),
    a third exits on the spot (the state is crash-safe, the next start recovers it);
-5. ``Gateway.stop()``, which writes the clean-shutdown marker; close the server; exit 0.
+7. ``Gateway.stop()``, which writes the clean-shutdown marker; close the server and the
+   platforms; exit 0.
 
 Lifecycle events are logged as ``event=<name> key=value ...`` lines on stderr.
 """
@@ -36,6 +41,8 @@ from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, Outbox
 from hermes_actors.config import GatewayConfig
 from hermes_actors.errors import CommandFailed, ConfigError
 from hermes_actors.process.heap import freeze_startup_heap, tune_gc
+from hermes_actors.process.platforms import connect_platforms, platform_adapters
+from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["RunOptions", "run"]
@@ -120,17 +127,24 @@ def run(options: RunOptions) -> int:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandFailed(f"cannot create the home directory {str(home)!r}: {exc}") from None
+    platforms = platform_adapters(config)
     outbox = Outbox()
     adapters = [OutboxAdapter(platform, outbox) for platform in config.http.platforms]
-    gateway = Gateway(home, config, adapters=adapters)
-    gateway.claim_home()  # a busy home is refused before the port is bound
-    return _serve(home, config, gateway, outbox)
+    gateway = Gateway(home, config, adapters=[*adapters, *platforms])
+    try:
+        gateway.claim_home()  # a busy home is refused before the port is bound
+        connect_platforms(platforms)
+        return _serve(home, config, gateway, outbox, platforms)
+    finally:
+        for adapter in platforms:
+            adapter.close()
 
 
-def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) -> int:
+def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox,
+           platforms: list[Any]) -> int:
     http = config.http
     _log_event("starting", pid=os.getpid(), home=home.resolve(), agent=config.agent.kind,
-               platforms=",".join(http.platforms))
+               platforms=",".join([*http.platforms, *(a.platform for a in platforms)]))
     tune_gc()
     outbox.bind(lambda: gateway.store)
     report_box: list[Any] = []
@@ -147,12 +161,16 @@ def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox) 
         freeze_startup_heap()
         report_box.append(report)  # its summary line was logged by start()
         server.start()
+        for adapter in platforms:
+            adapter.start_polling(gateway.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
         _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
                    auth="token" if http.token else "none")
         pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)
         signals.stop.wait()
         app.accepting = False
+        for adapter in platforms:
+            adapter.stop_polling()
         _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
         # A second signal calls stop(drain_timeout=0), which cuts the running drain short.
         hurry = gevent.spawn(_hurry, gateway, signals)

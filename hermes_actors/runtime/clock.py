@@ -1,7 +1,8 @@
 """The clock protocol: anything with ``time()`` (epoch seconds) and ``monotonic()``.
 
 Everything that decides by time (idle actors, housekeeping, marker age, restart storms) reads
-an injected clock, so tests drive time with ``hermes_actors.testing.FakeClock``.
+an injected clock, so tests drive time with ``hermes_actors.testing.FakeClock``. A clock may
+also offer ``sleep(seconds)`` (waiting out a platform's rate limit uses it when present).
 """
 
 from __future__ import annotations
@@ -34,3 +35,7 @@ class SystemClock:
     def monotonic(self) -> float:
         """``time.monotonic()``."""
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)`` (a greenlet's sleep under gevent)."""
+        time.sleep(seconds)

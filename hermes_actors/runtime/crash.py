@@ -26,8 +26,9 @@ CRASH_POINTS = (
 )
 
 #: Points on the way in: a message is durable but its sender has not been answered yet (a
-#: client then retries it; exactly-once ingress must recognise the retry).
-INGRESS_CRASH_POINTS = ("after_message_accepted",)
+#: client then retries it; exactly-once ingress must recognise the retry), or a platform
+#: has handed updates over that nothing has taken yet (they come again).
+INGRESS_CRASH_POINTS = ("after_message_accepted", "telegram_update_received")
 
 _ENV = "HERMES_ACTORS_CRASHPOINT"
 _ARMED = os.environ.get(_ENV) or None

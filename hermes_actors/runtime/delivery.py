@@ -3,22 +3,38 @@
 ``Delivery`` holds the adapters and the ledger calls; turn workers use it directly for
 replies (so a session's replies leave in turn order), and ``NoticeActor``s use it for
 acknowledgements and command answers, so an actor never blocks its mailbox on a send.
+
+A platform's rate limit (a send answered with ``retry_after``, Telegram's 429) is waited out
+here, inside the ledger's rules rather than beside them: the refused try is a failed attempt
+(the ledger counts it, and abandons the row after the third), then the row is claimed again
+and sent after the wait. The worker that sent it waits, so a session's replies keep their
+order. A longer wait than :data:`MAX_RETRY_WAIT` is not held in a worker: the row stays
+``failed`` for the housekeeping sweep. A refusal without ``retry_after`` (a bot blocked by
+the user) is one failed attempt and nothing more.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import pykka
 
 from hermes_actors._green.actor import LightActor
-from hermes_actors.adapters.base import DeliveryAwareAdapter, Outgoing
+from hermes_actors.adapters.base import (
+    DeliveryAwareAdapter,
+    Outgoing,
+    SendResult,
+    Typing,
+    TypingAwareAdapter,
+)
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.store.ledger import MAX_ATTEMPTS
 
 __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
 
@@ -29,6 +45,20 @@ SWEEP_CHUNK = 32
 
 #: Prefix of a reply delivered by recovery after an uncertain attempt (§7).
 RECOVERED_PREFIX = "♻️ Recovered reply: "
+
+#: The longest rate-limit wait (seconds) a sender holds before trying again; beyond it the
+#: row stays ``failed`` for the next ledger sweep.
+MAX_RETRY_WAIT = 30.0
+
+
+class _NoTyping:
+    """The indicator of a platform that shows none."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+_NO_TYPING = _NoTyping()
 
 
 class Owed(NamedTuple):
@@ -50,14 +80,20 @@ class Delivery:
     """
 
     def __init__(self, store, adapters: Iterable, *, ledger: bool = True,
-                 tracker: ActivityTracker | None = None) -> None:
+                 tracker: ActivityTracker | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._store = store
         self._tracker = tracker
         self._adapters = {a.platform: a for a in adapters}
         #: Platforms whose adapter takes the whole :class:`Outgoing` record (checked once).
         self._aware = {p for p, a in self._adapters.items()
                        if isinstance(a, DeliveryAwareAdapter)}
+        #: Platforms whose adapter shows "typing…" while a turn runs.
+        self._typing = {p for p, a in self._adapters.items()
+                        if isinstance(a, TypingAwareAdapter)}
         self._ledger = ledger
+        #: Waits out a rate limit (the gateway's clock's ``sleep``: a fake clock's in tests).
+        self._sleep = sleep
 
     @property
     def ledger_enabled(self) -> bool:
@@ -77,6 +113,17 @@ class Delivery:
         """Whether an adapter for ``platform`` exists and is connected."""
         adapter = self._adapters.get(platform)
         return adapter is not None and bool(getattr(adapter, "connected", False))
+
+    def typing(self, target: SessionSource) -> Typing:
+        """Start the platform's "typing…" indicator in ``target``'s chat (a no-op indicator
+        for platforms without one); never raises."""
+        if target.platform not in self._typing or not self.can_send(target.platform):
+            return _NO_TYPING
+        try:
+            return self._adapters[target.platform].start_typing(target)
+        except Exception:  # noqa: BLE001 - an indicator is never worth a failed turn
+            log.exception("adapter %s could not start typing", target.platform)
+            return _NO_TYPING
 
     def record(self, session_key: str, target: SessionSource, content: str, kind: str,
                token: str, *, clear_turn: bool = False, claim: bool = True,
@@ -140,10 +187,27 @@ class Delivery:
             return False
         if not owed.claimed and not self._store.ledger_claim(owed.id):
             return False
-        ok, error = self._send(adapter, Outgoing(target, text, owed.kind, owed.in_reply_to))
+        outgoing = Outgoing(target, text, owed.kind, owed.in_reply_to)
+        tries = 1
+        while True:
+            result = self._send(adapter, outgoing)
+            wait = result.retry_after
+            if (result.success or wait is None or wait > MAX_RETRY_WAIT
+                    or tries >= MAX_ATTEMPTS):
+                break
+            # Rate-limited: this attempt is spent; wait, claim the row again, send the rest.
+            if owed.id is not None and self._store.ledger_finish(
+                    owed.id, "failed", error=result.error) != "failed":
+                return False  # abandoned: its attempts are used up
+            log.info("delivery rate-limited platform=%s retry_after=%.1f", target.platform, wait)
+            self._sleep(max(0.0, wait))
+            if owed.id is not None and not self._store.ledger_claim(owed.id):
+                return False
+            tries += 1
+            outgoing = outgoing._replace(text=result.unsent or outgoing.text)
         if owed.id is not None:
-            self._finish(owed.id, ok, error)
-        return ok
+            self._finish(owed.id, result.success, result.error)
+        return result.success
 
     def _finish(self, obligation_id: str, ok: bool, error: str | None,
                 tracker: ActivityTracker | None = None) -> None:
@@ -180,29 +244,30 @@ class Delivery:
                 for oid, adapter, outgoing in chunk:
                     if oid not in claimed:
                         continue
-                    ok, error = self._send(adapter, outgoing)
-                    self._finish(oid, ok, error, settling)
-                    if ok:
+                    result = self._send(adapter, outgoing)
+                    self._finish(oid, result.success, result.error, settling)
+                    if result.success:
                         delivered.append(oid)
             finally:
                 settling.wait_idle()
         return delivered
 
-    def _send(self, adapter, outgoing: Outgoing) -> tuple[bool, str | None]:
+    def _send(self, adapter, outgoing: Outgoing) -> SendResult:
         platform = outgoing.target.platform
         try:
             if platform in self._aware:
                 result = adapter.deliver(outgoing)
             else:
                 result = adapter.send(outgoing.target, outgoing.text)
-            ok, error = bool(result.success), result.error
+            if not isinstance(result, SendResult):
+                result = SendResult(bool(result.success), error=result.error)
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
             log.exception("adapter %s raised while sending", platform)
-            ok, error = False, f"{type(exc).__name__}: {exc}"
+            result = SendResult(False, error=f"{type(exc).__name__}: {exc}")
         crashpoint("after_send_before_delivered")
-        if not ok:
-            log.warning("delivery failed platform=%s error=%s", platform, error)
-        return ok, error
+        if not result.success:
+            log.warning("delivery failed platform=%s error=%s", platform, result.error)
+        return result
 
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
                   token: str, *, consume: tuple[str, ...] = (),

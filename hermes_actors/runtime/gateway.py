@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -194,7 +195,8 @@ class Gateway:
             self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
         )
         delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger,
-                            tracker=self._tracker)
+                            tracker=self._tracker,
+                            sleep=getattr(self.clock, "sleep", None) or time.sleep)
         cache = AgentCacheActor.start(
             self.config.agent.agent_cache, self.clock, probe=self.memory_probe or MemoryProbe(),
             load_transcript=self._store.load_transcript,

@@ -191,7 +191,12 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 # Interrupted before the agent began (/stop, a follow-up, a drain): the user
                 # message is in the transcript, the agent is not run.
                 raise _NotRun
-            result = agent.run_turn(request)
+            # "typing…" while the agent works; stopped before the answer goes out
+            typing = services.delivery.typing(event.source)
+            try:
+                result = agent.run_turn(request)
+            finally:
+                typing.stop()
             if not isinstance(result, TurnResult):
                 raise TypeError(f"run_turn returned {type(result).__name__}, not TurnResult")
         except _NotRun:

@@ -1,0 +1,152 @@
+"""Telegram to gateway and back, as pure functions: an update's message as a
+:class:`MessageEvent`, and a long reply as messages Telegram accepts.
+
+Kept apart from the I/O so every rule is tested on plain data (telebot's types built from
+the JSON the Bot API sends):
+
+* a private chat is a ``dm``; a group or supergroup is a ``group`` named by its title; a
+  message in a forum topic (``is_topic_message`` with ``message_thread_id``) is a ``thread``
+  with that ``thread_id``, shared by the topic's members (§3);
+* the sender gives ``user_id``, ``user_name`` (full name, else ``@username``) and ``is_bot``;
+  ``message_id`` makes the update's ingress key, so a redelivered update is recognised;
+* photos (the largest size), voice notes and documents become ``PHOTO``, ``VOICE`` and
+  ``DOCUMENT`` with their ``file_id`` as the media URL and the caption as the text; other
+  content (stickers, service messages) is not a message for the agent;
+* ``/new@ThisBot`` (how Telegram clients address a command in a group) is ``/new``.
+
+:func:`split_message` cuts at Telegram's limit of 4,096 characters, counted as the Bot API
+counts them (UTF-16 code units), preferring a paragraph break, then a line break, then a
+space. telebot's ``util.smart_split`` was not used: it counts code points, never prefers a
+paragraph over a line, and can leave a chunk of whitespace, which Telegram refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_actors.model.events import MessageEvent, MessageType
+from hermes_actors.model.source import SessionSource
+
+__all__ = ["MESSAGE_LIMIT", "message_event", "split_message", "utf16_length"]
+
+#: The most text one Telegram message may carry, in UTF-16 code units.
+MESSAGE_LIMIT = 4096
+_SEPARATORS = ("\n\n", "\n", " ")
+
+
+def message_event(message: Any, *, update_id: int | None = None,
+                  bot_username: str | None = None) -> MessageEvent | None:
+    """The :class:`MessageEvent` of a ``telebot.types.Message``, or ``None`` when it is
+    nothing the agent answers (a channel post, a sticker, a service message)."""
+    chat = message.chat
+    thread_id = None
+    if getattr(message, "is_topic_message", None) and message.message_thread_id:
+        thread_id = str(message.message_thread_id)
+    if chat.type == "private":
+        chat_type, chat_name = "dm", None
+    elif chat.type in ("group", "supergroup"):
+        chat_type = "thread" if thread_id else "group"
+        chat_name = chat.title
+    else:
+        return None
+    content = _content(message)
+    if content is None:
+        return None
+    text, kind, media = content
+    sender = message.from_user
+    source = SessionSource(
+        "telegram",
+        chat_id=str(chat.id),
+        chat_type=chat_type,
+        chat_name=chat_name,
+        user_id=str(sender.id) if sender is not None else None,
+        user_name=_display_name(sender),
+        thread_id=thread_id,
+        message_id=str(message.message_id),
+        is_bot=bool(getattr(sender, "is_bot", False)),
+    )
+    metadata = {"telegram": {"update_id": update_id}} if update_id is not None else {}
+    return MessageEvent(source=source, text=_strip_bot_mention(text, bot_username),
+                        message_type=kind, media_urls=media, metadata=metadata)
+
+
+def _content(message: Any) -> tuple[str, MessageType, tuple[str, ...]] | None:
+    caption = message.caption or ""
+    if message.photo:
+        return caption, MessageType.PHOTO, (message.photo[-1].file_id,)
+    if message.voice is not None:
+        return caption, MessageType.VOICE, (message.voice.file_id,)
+    if message.document is not None:
+        return caption, MessageType.DOCUMENT, (message.document.file_id,)
+    if message.text:
+        return message.text, MessageType.TEXT, ()
+    return None
+
+
+def _display_name(user: Any) -> str | None:
+    if user is None:
+        return None
+    name = " ".join(part for part in (user.first_name, user.last_name) if part).strip()
+    if name:
+        return name
+    return f"@{user.username}" if user.username else None
+
+
+def _strip_bot_mention(text: str, bot_username: str | None) -> str:
+    """``/cmd@bot rest`` → ``/cmd rest`` when ``bot`` is this bot (case-insensitive)."""
+    if not bot_username or not text.startswith("/"):
+        return text
+    word, sep, rest = text.partition(" ")
+    command, at, name = word.partition("@")
+    if at and name.lower() == bot_username.lower():
+        return command + sep + rest
+    return text
+
+
+def utf16_length(text: str) -> int:
+    """The length of ``text`` as the Bot API counts it (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _fitting(text: str, limit: int) -> int:
+    """How many code points of ``text`` fit in ``limit`` UTF-16 code units."""
+    units = 0
+    for index, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > limit:
+            return index
+    return len(text)
+
+
+def _cut(window: str) -> tuple[int, str]:
+    """Where to end a chunk within ``window``, and the separator found there."""
+    for separator in _SEPARATORS:
+        index = window.rfind(separator)
+        if index > 0:
+            return index + len(separator), separator
+    return len(window), ""
+
+
+def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """``text`` as messages of at most ``limit`` UTF-16 code units, in order.
+
+    Cut at the last paragraph break that fits, else the last line break, else the last
+    space, else hard at the limit. The whitespace at a cut is dropped (Telegram would trim
+    it anyway) and no chunk is blank; every other character is kept, in order. A text that
+    fits is returned unchanged, as one message.
+    """
+    if limit < 2:
+        raise ValueError("limit must be at least 2 UTF-16 code units")
+    chunks: list[str] = []
+    rest = text
+    while utf16_length(rest) > limit:
+        cut, separator = _cut(rest[:_fitting(rest, limit)])
+        head = rest[:cut].rstrip()
+        if head:
+            chunks.append(head)
+        rest = rest[cut:]
+        if separator:
+            rest = rest.lstrip("\n" if "\n" in separator else " ")
+    if rest.strip() or not chunks:
+        chunks.append(rest)
+    return chunks

@@ -1,0 +1,98 @@
+"""Rate limits and refusals in delivery: waited out within the ledger's attempts (§7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_actors import Gateway, MessageEvent, SendResult, SessionSource, load_config
+from hermes_actors.runtime.delivery import MAX_RETRY_WAIT
+from hermes_actors.testing import FakeClock
+
+
+class ScriptedAdapter:
+    """A ``telegram`` adapter that answers sends from a script, then succeeds."""
+
+    platform = "telegram"
+    connected = True
+
+    def __init__(self, *results: SendResult) -> None:
+        self.script = list(results)
+        self.calls: list[str] = []
+
+    def send(self, target, text):
+        self.calls.append(text)
+        return self.script.pop(0) if self.script else SendResult(True, message_id="m")
+
+
+@pytest.fixture
+def run(tmp_path):
+    gateways = []
+
+    def start(adapter: ScriptedAdapter, clock: FakeClock) -> Gateway:
+        gateway = Gateway(tmp_path / f"home{len(gateways)}", load_config({}, env={}),
+                          adapters=[adapter], clock=clock)
+        gateways.append(gateway)
+        gateway.start()
+        gateway.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"),
+                                    text="hello"))
+        assert gateway.wait_idle(timeout=30)
+        return gateway
+
+    yield start
+    for gateway in gateways:
+        gateway.stop(drain_timeout=5)
+
+
+def _row(gateway: Gateway) -> dict:
+    [row] = gateway.store.ledger_rows()
+    return row
+
+
+LIMITED = SendResult(False, error="429 Too Many Requests", retry_after=3.0)
+
+
+class TestRateLimit:
+    """A ``retry_after`` is waited out on the gateway's clock, each try a ledger attempt."""
+
+    def test_waited_out_then_delivered(self, run):
+        clock, adapter = FakeClock(), ScriptedAdapter(LIMITED)
+        gateway = run(adapter, clock)
+        assert adapter.calls == ["echo: hello", "echo: hello"]
+        assert clock.slept == [3.0]
+        row = _row(gateway)
+        assert (row["state"], row["attempts"]) == ("delivered", 2)
+
+    def test_abandoned_after_the_ledgers_attempts(self, run):
+        clock, adapter = FakeClock(), ScriptedAdapter(LIMITED, LIMITED, LIMITED, LIMITED)
+        gateway = run(adapter, clock)
+        assert len(adapter.calls) == 3 and clock.slept == [3.0, 3.0]
+        row = _row(gateway)
+        assert (row["state"], row["attempts"]) == ("abandoned", 3)
+
+    def test_only_the_unsent_rest_is_retried(self, run):
+        clock = FakeClock()
+        adapter = ScriptedAdapter(SendResult(False, error="429", retry_after=1.0,
+                                             unsent="the rest"))
+        gateway = run(adapter, clock)
+        assert adapter.calls == ["echo: hello", "the rest"]
+        assert _row(gateway)["state"] == "delivered"
+
+    def test_a_wait_too_long_for_a_worker_is_left_to_the_sweep(self, run):
+        clock = FakeClock()
+        adapter = ScriptedAdapter(SendResult(False, error="429", retry_after=MAX_RETRY_WAIT + 1))
+        gateway = run(adapter, clock)
+        assert len(adapter.calls) == 1 and clock.slept == []
+        assert (_row(gateway)["state"], _row(gateway)["attempts"]) == ("failed", 1)
+
+
+class TestRefusal:
+    """A refusal without ``retry_after`` (a blocked bot) is one failed attempt, no storm."""
+
+    def test_one_attempt_marked_failed(self, run):
+        clock = FakeClock()
+        adapter = ScriptedAdapter(SendResult(False, error="403 Forbidden: bot was blocked"))
+        gateway = run(adapter, clock)
+        assert len(adapter.calls) == 1 and clock.slept == []
+        row = _row(gateway)
+        assert (row["state"], row["attempts"]) == ("failed", 1)
+        assert "blocked" in row["last_error"]

@@ -1,0 +1,129 @@
+"""Long polling: an update is acknowledged only once its message is durable, exactly once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from hermes_actors.adapters.telegram import BotClient
+from hermes_actors.adapters.telegram.poller import UpdatePoller
+from hermes_actors.errors import HermesActorsError, StoreError
+
+from .fake_bot_api import TOKEN, group, private
+
+
+@pytest.fixture
+def client(bot_api):
+    made = BotClient(TOKEN, bot_api.url)
+    yield made
+    made.close()
+
+
+class Pauses:
+    """An injected backoff wait: records each pause and returns at once."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    def __call__(self, stopped: threading.Event, seconds: float) -> bool:
+        self.asked.append(seconds)
+        return stopped.is_set()
+
+
+class TestAcknowledgement:
+    """The offset moves past an update only after ``submit`` returned."""
+
+    def test_offset_advances_after_submit_and_the_next_poll_confirms(self, client, bot_api):
+        first = bot_api.message(private(), "one")
+        second = bot_api.message(private(), "two")
+        seen_offsets = []
+
+        def submit(event):
+            # while a message is being made durable, nothing about it has been acknowledged
+            seen_offsets.append(bot_api.acknowledged())
+            texts.append(event.text)
+
+        texts: list[str] = []
+        poller = UpdatePoller(client, submit, poll_timeout=1)
+        assert poller.poll_once() == 2
+        assert texts == ["one", "two"] and seen_offsets == [0, 0]
+        assert poller.offset == second + 1
+        assert poller.poll_once() == 0  # this poll carries the offset: both confirmed
+        assert bot_api.acknowledged() == second + 1 > first
+        assert bot_api.pending == []
+
+    def test_a_store_failure_acknowledges_nothing_and_the_update_comes_again(self, client,
+                                                                             bot_api):
+        update = bot_api.message(private(), "retry me")
+        calls: list[str] = []
+
+        def submit(event):
+            calls.append(event.text)
+            if len(calls) == 1:
+                raise StoreError("disk full")
+
+        pauses = Pauses()
+        poller = UpdatePoller(client, submit, poll_timeout=1, wait=pauses)
+        with pytest.raises(StoreError):
+            poller.poll_once()
+        assert poller.offset is None and bot_api.acknowledged() == 0
+        assert poller.poll_once() == 1  # delivered again by the server, submitted again
+        assert calls == ["retry me", "retry me"] and poller.offset == update + 1
+
+    def test_a_stopped_gateway_ends_the_loop_without_acknowledging(self, client, bot_api):
+        bot_api.message(private(), "too late")
+
+        def submit(event):
+            raise HermesActorsError("the gateway is not running")
+
+        poller = UpdatePoller(client, submit, poll_timeout=1)
+        poller.run()  # returns: the gateway no longer accepts
+        assert poller.finished.is_set() and poller.offset is None
+        assert len(bot_api.pending) == 1
+
+    def test_poll_failures_back_off(self, client, bot_api):
+        pauses = Pauses()
+        done = threading.Event()
+
+        def submit(event):
+            done.set()
+
+        poller = UpdatePoller(client, submit, poll_timeout=1, wait=pauses)
+        bot_api.message(private(), "after the outage")
+        thread = threading.Thread(target=poller.run, daemon=True)
+        bot_api.fail("getUpdates", 502, "Bad Gateway", times=1)
+        thread.start()
+        assert done.wait(30)
+        poller.stop()
+        thread.join(30)
+        assert pauses.asked[:1] == [1.0]
+
+
+class TestFiltering:
+    """Other chats are dropped when ``allowed_chats`` is set, logged once per chat."""
+
+    def test_allowed_chats(self, client, bot_api, caplog):
+        bot_api.message(private(1), "stranger")
+        bot_api.message(private(1), "stranger again")
+        bot_api.message(group(-200), "another stranger")
+        last = bot_api.message(private(42), "friend")
+        submitted: list[str] = []
+        poller = UpdatePoller(client, lambda e: submitted.append(e.text), poll_timeout=1,
+                              allowed_chats=["42"])
+        with caplog.at_level(logging.INFO, logger="hermes_actors.telegram"):
+            poller.poll_once()
+        assert submitted == ["friend"] and poller.offset == last + 1
+        dropped = [r.getMessage() for r in caplog.records if "telegram_dropped" in r.getMessage()]
+        assert len(dropped) == 2
+        assert "chat_id=1 " in dropped[0] and "chat_id=-200 " in dropped[1]
+
+    def test_updates_without_a_message_for_the_agent_are_acknowledged(self, client, bot_api):
+        sticker = {"file_id": "s", "file_unique_id": "u", "type": "regular", "width": 1,
+                   "height": 1, "is_animated": False, "is_video": False}
+        update = bot_api.message(private(), None, sticker=sticker)
+        submitted: list = []
+        poller = UpdatePoller(client, submitted.append, poll_timeout=1)
+        poller.poll_once()
+        assert submitted == [] and poller.offset == update + 1
