@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import peewee as pw
+from hermes_actors.store.backends.peewee_import import pw
 
 __all__ = ["DIALECT", "MODELS", "Delivery", "Inbox", "Message", "NodeState", "Outbox", "Routing",
            "Session", "Setting", "sql_of"]
