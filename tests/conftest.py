@@ -61,10 +61,34 @@ class Harness:
 
 
 @pytest.fixture
-def make_harness(tmp_path):
+def harness_store() -> dict:
+    """The ``store`` part of ``make_harness``'s config: the default backend (SQLite).
+
+    A scenario module runs on every backend by overriding it::
+
+        @pytest.fixture
+        def harness_store(every_backend):
+            return every_backend
+    """
+    return {}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def every_backend(request) -> dict:
+    """Config for each store backend in turn: SQLite in the home, then PostgreSQL (a fresh
+    database on the test server)."""
+    if request.param == "sqlite":
+        return {}
+    dsn = request.getfixturevalue("postgres_dsn")
+    return {"store": {"backend": "postgres", "dsn": dsn, "pool_size": 2}}
+
+
+@pytest.fixture
+def make_harness(tmp_path, harness_store):
     made: list[Harness] = []
 
     def make(home=None, **config) -> Harness:
+        config = {**harness_store, **config}
         gates, log, agents = Gates(), [], []
         clock = FakeClock()
         adapter = InMemoryAdapter("telegram")

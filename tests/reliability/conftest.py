@@ -22,6 +22,8 @@ class Child:
     def __init__(self, home: Path, config: dict, env: dict | None = None,
                  ready: bool = True) -> None:
         self.home = home
+        #: The settings the child was started with (its store among them).
+        self.config = config
         full_env = dict(os.environ)
         full_env.pop("HERMES_ACTORS_CRASHPOINT", None)
         full_env.update(env or {})
@@ -132,11 +134,13 @@ def outbox(home: Path) -> list[str]:
 
 
 @pytest.fixture
-def spawn(tmp_path):
+def spawn(tmp_path, harness_store):
+    """Start gateway children on one home, with the store of ``harness_store`` (the
+    default backend unless a module runs on every backend)."""
     children: list[Child] = []
 
     def start(config: dict | None = None, env: dict | None = None, ready: bool = True) -> Child:
-        child = Child(tmp_path / "home", config or {}, env, ready)
+        child = Child(tmp_path / "home", {**harness_store, **(config or {})}, env, ready)
         children.append(child)
         return child
 

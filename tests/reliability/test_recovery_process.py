@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import resume_note
-from hermes_actors.testing import node_values
+from hermes_actors.testing import db_rows, node_values
 
 from .conftest import crash_at, outbox
 
@@ -17,12 +16,18 @@ pytestmark = pytest.mark.slow
 KEY = "agent:main:telegram:dm:42"
 
 
-def routing(home):
-    """The canonical routing entry, read from state.db (the mirror is coalesced)."""
-    with sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True) as conn:
-        (entry,) = conn.execute("SELECT entry FROM routing WHERE session_key = ?",
-                                (KEY,)).fetchone()
-    return json.loads(entry)
+@pytest.fixture
+def harness_store(every_backend):
+    """Every recovery here runs on each store backend."""
+    return every_backend
+
+
+def routing(child):
+    """The canonical routing entry's text part, read from the child's store (the mirror is
+    coalesced)."""
+    (row,) = [row for row in db_rows(child.home, "routing", config=child.config)
+              if row["session_key"] == KEY]
+    return json.loads(row["entry"])
 
 
 class TestKillMidTurn:
@@ -112,16 +117,16 @@ class TestStuckLoop:
             child.send("sleep 60")
             child.expect("TURN")
             child.kill()
-        old = routing(child.home)["session_id"]
+        old = routing(child)["session_id"]
         last = spawn(config)
         assert last.report["suspended"] == [KEY]
         last.send("hi")
         last.idle()
         last.stop()
-        entry = routing(child.home)
+        entry = routing(child)
         assert entry["session_id"] != old
         assert entry["was_auto_reset"] is True and entry["prev_session_id"] == old
-        counts = node_values(child.home).get("restart_counts", {})
+        counts = node_values(child.home, child.config).get("restart_counts", {})
         assert KEY not in counts
 
     def test_a_crash_during_recovery_keeps_the_count(self, spawn):
@@ -136,10 +141,10 @@ class TestStuckLoop:
                         ready=False)
         assert crashed.wait_exit() == 137
         third = spawn(config)
-        assert node_values(child.home).get("restart_counts", {}) == {KEY: 1}
+        assert node_values(child.home, child.config).get("restart_counts", {}) == {KEY: 1}
         third.send("hi")
         third.idle()
-        assert node_values(child.home).get("restart_counts", {}) == {}
+        assert node_values(child.home, child.config).get("restart_counts", {}) == {}
         third.stop()
 
     def test_successful_turn_resets_counter(self, spawn):
@@ -149,11 +154,11 @@ class TestStuckLoop:
         child.expect("TURN")
         child.kill()
         child = spawn(config)
-        counts = node_values(child.home).get("restart_counts", {})
+        counts = node_values(child.home, child.config).get("restart_counts", {})
         assert counts == {KEY: 1}
         child.send("hi")
         child.idle()
-        counts = node_values(child.home).get("restart_counts", {})
+        counts = node_values(child.home, child.config).get("restart_counts", {})
         assert counts == {}
         child.stop()
 
@@ -166,11 +171,11 @@ class TestGracefulStop:
         child.send("hello")
         child.idle()
         assert child.terminate() == 0
-        assert "clean_shutdown" in node_values(child.home)
+        assert "clean_shutdown" in node_values(child.home, child.config)
         again = spawn()
         assert again.report["clean_shutdown"] is True
         assert again.report["resumed"] == []
-        assert "clean_shutdown" not in node_values(child.home)
+        assert "clean_shutdown" not in node_values(child.home, child.config)
         again.idle()
         assert again.turns() == []
 
@@ -179,8 +184,8 @@ class TestGracefulStop:
         child.send("sleep 60")
         child.expect("TURN")
         assert child.stop(drain=0.2) == 0
-        assert "clean_shutdown" in node_values(child.home)
-        assert routing(child.home)["resume_reason"] == "shutdown_timeout"
+        assert "clean_shutdown" in node_values(child.home, child.config)
+        assert routing(child)["resume_reason"] == "shutdown_timeout"
         again = spawn()
         assert again.report["resumed"] == [KEY]
         again.idle()

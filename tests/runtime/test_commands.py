@@ -10,6 +10,12 @@ from hermes_actors.runtime import session_core
 from hermes_actors.runtime.session_actor import NEW_SESSION, NEW_SESSION_CUT, format_duration
 
 
+@pytest.fixture
+def harness_store(every_backend):
+    """Every scenario here runs on each store backend."""
+    return every_backend
+
+
 class TestRegistry:
     """One registry names every command: the parser knows exactly its words, and the session
     actor has a handler for every command in it."""

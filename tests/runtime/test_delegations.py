@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.session_actor import NOTHING_TO_STOP, STOPPED
+
+
+@pytest.fixture
+def harness_store(every_backend):
+    """Every scenario here runs on each store backend."""
+    return every_backend
 
 
 def wakeups(h) -> list:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hermes_actors.runtime.session_actor import (
     INTERRUPT_ACK,
     NEW_SESSION_CUT,
@@ -11,6 +13,12 @@ from hermes_actors.runtime.session_actor import (
     QUEUED_ACK,
     STOPPED,
 )
+
+
+@pytest.fixture
+def harness_store(every_backend):
+    """Every scenario here runs on each store backend."""
+    return every_backend
 
 
 class TestQueueCommand:

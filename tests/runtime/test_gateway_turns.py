@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.store import SessionStore
 from hermes_actors.testing import node_values
+
+
+@pytest.fixture
+def harness_store(every_backend):
+    """Every scenario here runs on each store backend."""
+    return every_backend
 
 
 class TestEcho:
@@ -125,7 +133,7 @@ class TestDrain:
         h = make_harness()
         h.hold("g", "wait")
         h.gw.stop(drain_timeout=0.05)
-        assert "clean_shutdown" in node_values(h.gw.home)
+        assert "clean_shutdown" in node_values(h.gw.home, h.gw.config)
         store = SessionStore(h.gw.home / "sessions")
         entry = store.get(h.key())
         assert entry.resume_pending and entry.resume_reason == "shutdown_timeout"

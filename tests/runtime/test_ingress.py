@@ -17,6 +17,12 @@ from hermes_actors.runtime.session_actor import QUEUE_FULL
 from hermes_actors.testing import db_rows
 
 
+@pytest.fixture
+def harness_store(every_backend):
+    """Every scenario here runs on each store backend."""
+    return every_backend
+
+
 def _event(text: str = "hello", *, message_id: str | None = "m1", chat_id: str = "42",
            thread_id: str | None = None, platform: str = "telegram") -> MessageEvent:
     return MessageEvent(source=SessionSource(platform, chat_id=chat_id, user_id="7",
@@ -35,7 +41,7 @@ class TestDuplicates:
         h.idle()
         assert again == first
         assert h.texts() == ["echo: hello"]
-        assert [row["event_id"] for row in db_rows(h.gw.home, "inbox")] == [first]
+        assert [row["event_id"] for row in db_rows(h.gw.home, "inbox", config=h.gw.config)] == [first]
         assert h.gw.ingress.statistics().refused["duplicate"] == 1
 
     def test_repeat_while_the_first_is_still_queued(self, make_harness):
@@ -84,7 +90,7 @@ class TestDuplicates:
         h.idle()
         assert len(got) == 8 and len(set(got)) == 1
         assert h.texts() == ["echo: race"]
-        assert len(db_rows(h.gw.home, "inbox")) == 1
+        assert len(db_rows(h.gw.home, "inbox", config=h.gw.config)) == 1
 
     def test_the_memory_survives_a_restart(self, make_harness, tmp_path):
         h = make_harness()
@@ -109,7 +115,7 @@ class TestAdmit:
         refused = h.gw.admit(_event("too many", message_id="q2"))
         assert refused.refused == QUEUE_FULL.format(2)
         assert not refused.duplicate
-        rows = db_rows(h.gw.home, "inbox")
+        rows = db_rows(h.gw.home, "inbox", config=h.gw.config)
         assert refused.event_id not in {row["event_id"] for row in rows}
         h.gates.open("g")
         h.idle()
