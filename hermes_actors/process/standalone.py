@@ -12,13 +12,23 @@ client long-polling the outbox costs a greenlet. The order of a run:
 4. bind the listening socket (a port in use fails before any recovery work);
 5. ``Gateway.start()`` (recovery, which logs its one-line summary), then the platforms'
    ingress (Telegram's long poll), so nothing arrives before recovery opened the gateway;
-6. serve until SIGTERM or SIGINT; new messages are then refused with 503 (and platforms stop
+6. serve until SIGTERM or SIGINT (a database server that fails meanwhile is waited out: see
+   below); new messages are then refused with 503 (and platforms stop
    taking updates: what they did not acknowledge comes again next start) while running work
    drains for up to ``restart_drain_timeout`` seconds; a second signal ends the drain at
    once (turns still running are interrupted and marked for resumption, as at a deadline),
    a third exits on the spot (the state is crash-safe, the next start recovers it);
 7. ``Gateway.stop()``, which writes the clean-shutdown marker; close the server and the
    platforms; exit 0.
+
+An outage of a database server (``store.backend: postgres``; SQLite fails over to degraded
+mode instead): the gateway refuses new messages from the first failed call (503, and
+platforms leave their updates unacknowledged), this process stops it (its writes fail; what
+they would have recorded is what recovery reads from the database), then starts a new
+gateway every few seconds until the server answers. That start recovers exactly as after a
+crash: interrupted turns resume with the restart note, unconsumed messages replay in
+order, owed replies are delivered. The HTTP server, the outbox and the platforms stay up
+throughout (``event=store_outage`` ... ``event=store_back``).
 
 Lifecycle events are logged as ``event=<name> key=value ...`` lines on stderr.
 """
@@ -39,7 +49,8 @@ from gevent.event import Event
 from hermes_actors.adapters.http import HttpApi, make_server
 from hermes_actors.adapters.outbox import DEFAULT_RETENTION_DAYS, Outbox, OutboxAdapter
 from hermes_actors.config import GatewayConfig
-from hermes_actors.errors import CommandFailed, ConfigError
+from hermes_actors.errors import CommandFailed, ConfigError, StoreUnavailableError
+from hermes_actors.model.dsn import scrub
 from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 from hermes_actors.process.platforms import connect_platforms, platform_adapters
 from hermes_actors.runtime.crash import crashpoint
@@ -53,6 +64,10 @@ log = logging.getLogger("hermes_actors.process")
 PRUNE_INTERVAL = 3600.0
 #: Seconds the HTTP server waits for requests in progress when it closes.
 _SERVER_STOP_TIMEOUT = 2.0
+#: Seconds between checks for an outage of the database server while serving.
+OUTAGE_CHECK_INTERVAL = 0.5
+#: Seconds between attempts to start a new gateway during an outage (doubling up to the last).
+RECONNECT_DELAYS = (1.0, 2.0, 4.0, 8.0)
 
 
 @dataclass(frozen=True)
@@ -99,13 +114,79 @@ class _Signals:
             os._exit(130)
 
 
+class GatewaySlot:
+    """The gateway this process runs now, for the parts that outlive it (the HTTP API, the
+    outbox, the platforms' polls): after an outage of the database server it is replaced by
+    a new one. Attributes are the current gateway's; ``submit`` says "unavailable" while a
+    replacement is under way, so a platform keeps its update for later."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        #: The current gateway.
+        self.current = gateway
+        #: Whether the gateway is being replaced (between the outage and the new start).
+        self.replacing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current, name)
+
+    def submit(self, event: Any) -> str:
+        """``Gateway.submit`` of the current gateway."""
+        if self.replacing:
+            raise StoreUnavailableError("the gateway is waiting for its database")
+        return self.current.submit(event)
+
+
 def _log_event(event: str, **fields: Any) -> None:
     log.info("event=%s %s", event, " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
-def _hurry(gateway: Gateway, signals: _Signals) -> None:
+def _hurry(slot: GatewaySlot, signals: _Signals) -> None:
     signals.hurry.wait()
-    gateway.stop(drain_timeout=0)
+    slot.current.stop(drain_timeout=0)
+
+
+def _wait_for_stop_or_outage(slot: GatewaySlot, signals: _Signals) -> bool:
+    """Serve until a stop signal (``False``) or an outage of the gateway's database server
+    (``True``)."""
+    while not signals.stop.wait(OUTAGE_CHECK_INTERVAL):
+        if slot.current.outage.is_set():
+            return True
+    return False
+
+
+def _replace_gateway(slot: GatewaySlot, make_gateway: Any, signals: _Signals,
+                     report_box: list[Any]) -> bool:
+    """After an outage: stop the gateway, then start new ones until one starts (``True``)
+    or a stop signal comes first (``False``)."""
+    old = slot.current
+    dsn = old.config.store.dsn
+
+    def safe(exc: object) -> str:  # (the backend masks passwords already: twice is safe)
+        return scrub(str(exc), dsn) if dsn else str(exc)
+
+    log.warning("event=store_outage error=%s note=messages are refused until the database "
+                "is back", safe(old.store.outage))
+    slot.replacing = True
+    old.stop(drain_timeout=0)  # its writes fail: recovery reads the database instead
+    attempt = 0
+    while not signals.stop.is_set():
+        # Current from the start on: its recovery delivers through the outbox, which writes
+        # to the current gateway's store.
+        gateway = slot.current = make_gateway()
+        try:
+            report = gateway.start()
+        except StoreUnavailableError as exc:
+            delay = RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)]
+            attempt += 1
+            log.warning("event=store_waiting attempt=%d retry_in=%.0fs error=%s", attempt,
+                        delay, safe(exc))
+            signals.stop.wait(delay)
+            continue
+        slot.replacing = False
+        report_box[:] = [report]
+        _log_event("store_back", attempts=attempt + 1)
+        return True
+    return False
 
 
 def _prune_outbox(outbox: Outbox, stop: Event) -> None:
@@ -130,25 +211,29 @@ def run(options: RunOptions) -> int:
     platforms = platform_adapters(config)
     outbox = Outbox()
     adapters = [OutboxAdapter(platform, outbox) for platform in config.http.platforms]
-    gateway = Gateway(home, config, adapters=[*adapters, *platforms])
+
+    def make_gateway() -> Gateway:
+        return Gateway(home, config, adapters=[*adapters, *platforms])
+
+    gateway = make_gateway()
     try:
         gateway.claim_home()  # a busy home is refused before the port is bound
         connect_platforms(platforms)
-        return _serve(home, config, gateway, outbox, platforms)
+        return _serve(home, config, GatewaySlot(gateway), make_gateway, outbox, platforms)
     finally:
         for adapter in platforms:
             adapter.close()
 
 
-def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox,
-           platforms: list[Any]) -> int:
+def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: Any,
+           outbox: Outbox, platforms: list[Any]) -> int:
     http = config.http
     _log_event("starting", pid=os.getpid(), home=home.resolve(), agent=config.agent.kind,
                platforms=",".join([*http.platforms, *(a.platform for a in platforms)]))
     tune_gc()
-    outbox.bind(lambda: gateway.store)
+    outbox.bind(lambda: slot.store)
     report_box: list[Any] = []
-    app = HttpApi(gateway, outbox, http, report=lambda: report_box[0] if report_box else None)
+    app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None)
     try:
         server = make_server(app, http.host, http.port)
     except OSError as exc:
@@ -157,32 +242,34 @@ def _serve(home: Path, config: GatewayConfig, gateway: Gateway, outbox: Outbox,
     signals = _Signals()
     signals.install()
     try:
-        report = gateway.start()
+        report = slot.current.start()
         freeze_startup_heap()
         report_box.append(report)  # its summary line was logged by start()
         server.start()
         for adapter in platforms:
-            adapter.start_polling(gateway.submit, checkpoint=crashpoint)
+            adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
         _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
                    auth="token" if http.token else "none")
         pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)
-        signals.stop.wait()
+        while _wait_for_stop_or_outage(slot, signals):
+            if not _replace_gateway(slot, make_gateway, signals, report_box):
+                break
         app.accepting = False
         for adapter in platforms:
             adapter.stop_polling()
         _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
         # A second signal calls stop(drain_timeout=0), which cuts the running drain short.
-        hurry = gevent.spawn(_hurry, gateway, signals)
-        gateway.stop(drain_timeout=config.restart_drain_timeout)
+        hurry = gevent.spawn(_hurry, slot, signals)
+        slot.current.stop(drain_timeout=config.restart_drain_timeout)
         hurry.kill()
         pruner.kill()
     finally:
         outbox.close()  # releases long polls, so the server's handlers end at once
         server.stop(timeout=_SERVER_STOP_TIMEOUT)
-        if gateway.running:  # start() or the drain failed: still leave recoverable state
-            gateway.stop(drain_timeout=0)
-    _log_event("stopped", clean_shutdown=gateway.stopped_cleanly)
+        if slot.current.running:  # start() or the drain failed: leave recoverable state
+            slot.current.stop(drain_timeout=0)
+    _log_event("stopped", clean_shutdown=slot.current.stopped_cleanly)
     return 0
 
 

@@ -24,7 +24,7 @@ __all__ = [
 
 #: Why a message was not accepted: the session's queue was full, it repeated an accepted
 #: message, the gateway was stopping, or the request was malformed (HTTP).
-REFUSAL_REASONS = ("queue_full", "duplicate", "stopping", "invalid")
+REFUSAL_REASONS = ("queue_full", "duplicate", "stopping", "invalid", "store_unavailable")
 
 #: Upper bounds (seconds) of the turn-duration histogram's buckets: from an echo turn to
 #: the half hour of ``agent.timeout``.

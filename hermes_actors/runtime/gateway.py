@@ -21,7 +21,7 @@ import pykka
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import HermesActorsError
+from hermes_actors.errors import HermesActorsError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor
@@ -114,6 +114,10 @@ class Gateway:
         self._held: list[tuple[str, MessageEvent]] = []
         self._inflight = 0
         self._stopping = threading.Event()
+        #: Set when the database server failed while running (an *outage*, see
+        #: :attr:`SessionStore.outage`): new messages are refused from then on, and the host
+        #: stops this gateway and starts a new one once the server is back (``run`` does).
+        self.outage = threading.Event()
         self._store: SessionStore | None = None
         self._services: Services | None = None
         self._router: SessionRouter | None = None
@@ -192,7 +196,8 @@ class Gateway:
     def _start(self) -> RecoveryReport:
         new_home = not any((self.home / name).exists() for name in _STORE_FILES)
         self._store = SessionStore(
-            self.home / "sessions", self.config, self._has_active_processes, clock=self.clock
+            self.home / "sessions", self.config, self._has_active_processes, clock=self.clock,
+            on_outage=lambda _exc: self.outage.set(),
         )
         delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger,
                             tracker=self._tracker,
@@ -286,6 +291,10 @@ class Gateway:
             ("supervisor", lambda: self._supervisor.actor_ref.stop(timeout=10)),
             ("store", self.store.close),
         ]
+        if self.store.outage is not None:  # the database cannot take the marker
+            log.warning("stopping during an outage of the session database: the next start "
+                        "recovers as after a crash")
+            steps = [(name, step) for name, step in steps if name != "marker"]
         for name, step in steps:
             try:
                 step()
@@ -308,6 +317,8 @@ class Gateway:
             self._turns.wait_idle(10.0)
         # Only turns that did not complete after all are resumed next start.
         unfinished = [k for k in interrupted if router.ask(k, DrainResult()) != "completed"]
+        if self.store.outage is not None:
+            return  # nothing can be written: their markers stay, recovery resumes them
         self._supervisor.drain_finished(unfinished, reason).get()
 
     # -- messages -------------------------------------------------------------------------
@@ -341,9 +352,16 @@ class Gateway:
             if self._state != "running":
                 self.ingress.refused("stopping")
                 raise HermesActorsError("the gateway is not running: messages are not accepted")
+            if self.outage.is_set():
+                self.ingress.refused("store_unavailable")
+                raise StoreUnavailableError("the session database cannot be used: messages are "
+                                            "refused until it is back")
             self._inflight += 1
         try:
             admission = self._accept(event, refusable)
+        except StoreUnavailableError:
+            self.ingress.refused("store_unavailable")
+            raise
         finally:
             with self._lock:
                 self._inflight -= 1

@@ -18,6 +18,7 @@ from typing import Any
 import pykka
 
 from hermes_actors.agents.base import TurnRequest, TurnResult
+from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.model.context import build_session_context, build_session_context_prompt
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
@@ -112,6 +113,13 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
     event = turn.item.event
     try:
         return _run(services, session_key, turn, event)
+    except StoreUnavailableError as exc:
+        # The database cannot be used (an outage of its server): nothing can be recorded or
+        # answered through the ledger now. The message stays in the durable inbox and the
+        # marker (if set) stays too: the gateway that replaces this one recovers both.
+        log.warning("turn failed: the session database cannot be used session_key=%s "
+                    "error=%s", session_key, exc)
+        return TurnOutcome("failed")
     except Exception as exc:  # noqa: BLE001 - the actor must always hear back
         log.exception("turn failed outside the agent session_key=%s", session_key)
         try:

@@ -20,6 +20,13 @@ warning and switches to the :class:`~hermes_actors.store.backends.files.backend.
 ``<session_id>.jsonl``. The failed write is re-applied there, so it is not lost. On the next
 start with a working database the degraded mirror wins over older rows and the JSONL
 transcripts are imported.
+
+Outage (a database server, ``Backend.local`` false): when it fails while running there is no
+local stand-in either. The failing call raises :class:`~hermes_actors.errors.
+StoreUnavailableError` (nothing is written anywhere else), and the first such failure is
+reported once to ``on_outage``: the gateway then refuses new messages, and its host replaces
+it once the server is back (the standalone process does: :mod:`hermes_actors.process.
+standalone`), whose start recovers from the database exactly as after a crash.
 """
 
 from __future__ import annotations
@@ -124,7 +131,8 @@ class StoreCore:
 
     def __init__(self, sessions_dir: str | os.PathLike[str], config: Any, *,
                  backend: Backend | None, clock: Any,
-                 mirror_interval: float | None) -> None:
+                 mirror_interval: float | None,
+                 on_outage: Callable[[BaseException], None] | None = None) -> None:
         #: The sessions directory (``sessions.json``, degraded-mode transcripts).
         self.sessions_dir = Path(sessions_dir)
         #: The home: the parent of the sessions directory.
@@ -135,6 +143,9 @@ class StoreCore:
         self._stripes = [new_rlock() for _ in range(_STRIPES)]
         self._map_lock = threading.Lock()
         self._switch_lock = threading.Lock()
+        #: The failure that began an outage of a database server (``None``: no outage).
+        self.outage: BaseException | None = None
+        self._on_outage = on_outage
         #: Routing entries, parsed on first use from the rows the backend holds; the
         #: mirror reuses the stored texts, so writing it never re-serialises an entry.
         self.entries = EntryMap(self._fetch_row, self._fetch_all_rows)
@@ -259,7 +270,23 @@ class StoreCore:
             exc, self.sessions_dir / MIRROR_NAME, SUFFIX,
         )  # fmt: skip
 
+    def _report_outage(self, exc: BaseException) -> None:
+        """The database server failed: report it once (see the module doc)."""
+        with self._switch_lock:
+            if self.outage is not None:
+                return
+            self.outage = exc
+        log.warning("the session database cannot be used (%s): new messages are refused "
+                    "until it is back", exc)
+        if self._on_outage is not None:
+            self._on_outage(exc)
+
     def _switch_to_degraded(self, exc: BaseException, failed: Backend) -> None:
+        """Fail over from ``failed`` to the files backend (a ``local`` one); for a database
+        server, report the outage and re-raise ``exc`` instead."""
+        if not failed.local:
+            self._report_outage(exc)
+            raise exc
         with self._switch_lock:
             if self.backend is not failed:
                 return
@@ -314,6 +341,8 @@ class StoreCore:
             def fall_back() -> None:  # may block: not in the hub's callback
                 try:
                     self._fail_over(value, backend, ops)
+                except StoreUnavailableError as exc:  # an outage (reported): no stand-in
+                    log.error("a deferred write failed: %s", exc)
                 except Exception:  # noqa: BLE001 - logged; the caller is gone
                     log.exception("a deferred write failed in degraded mode too")
                 finally:

@@ -16,8 +16,9 @@ every backend. The database backends also answer :class:`DatabaseTools`, what th
 Failure contract: a read or write that fails because the backend cannot be used (a database
 that cannot be opened, written or read) raises
 :class:`~hermes_actors.errors.StoreUnavailableError`, on which the store fails over to the
-files backend and re-applies the write there; any other :class:`~hermes_actors.errors.
-StoreError` fails only the call (a constraint violation is a programming error).
+files backend and re-applies the write there (a ``local`` backend), or reports an outage and
+fails the call (a database server); any other :class:`~hermes_actors.errors.StoreError`
+fails only the call (a constraint violation is a programming error).
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class Backend(Protocol):
     #: ``"sqlite"``, ``"postgres"`` or ``"files"``: what ``hermes-actors db check`` reports
     #: as the mode. Only the files backend is *degraded*.
     kind: str
+
+    #: Whether the data lives in this gateway's home (SQLite, the files): when such a
+    #: backend fails, the home's files stand in for it (degraded mode). A database server
+    #: (``False``) has no local stand-in: its failures are an *outage* the gateway waits out
+    #: (the store reports it, see :class:`~hermes_actors.store.core.StoreCore`).
+    local: bool
 
     # -- writes -----------------------------------------------------------------------------
 

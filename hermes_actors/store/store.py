@@ -44,19 +44,21 @@ class SessionStore:
     the backend ``config.store`` names (SQLite: ``<home>/state.db``) and closes it in
     :meth:`close`, a given backend is used but never closed. ``clock`` is any object with
     ``time()`` and ``monotonic()``. ``has_active_processes_fn(key)`` protects an entry from
-    pruning.
+    pruning. ``on_outage(exc)`` hears, once, that a database server failed while running
+    (:attr:`outage`).
     """
 
     def __init__(self, sessions_dir: str | os.PathLike[str], config: Any = None,
                  has_active_processes_fn: Callable[[str], bool] | None = None, *,
                  db: Backend | None = None, clock: Any = None,
-                 mirror_interval: float | None = DEFAULT_MIRROR_INTERVAL) -> None:
+                 mirror_interval: float | None = DEFAULT_MIRROR_INTERVAL,
+                 on_outage: Callable[[BaseException], None] | None = None) -> None:
         if config is None:
             from hermes_actors.config import GatewayConfig
 
             config = GatewayConfig()
         self._core = StoreCore(sessions_dir, config, backend=db, clock=clock,
-                               mirror_interval=mirror_interval)
+                               mirror_interval=mirror_interval, on_outage=on_outage)
         self._sessions = SessionLifecycle(self._core, has_active_processes_fn)
         self._turns = TurnRecords(self._core)
         self._inbox = Inbox(self._core)
@@ -91,6 +93,12 @@ class SessionStore:
     def degraded(self) -> bool:
         """Whether the store runs without its database (routing from ``sessions.json``)."""
         return self._core.degraded
+
+    @property
+    def outage(self) -> BaseException | None:
+        """The failure that began an outage of the database server, or ``None`` (a store
+        in an outage stays in it: its host replaces it once the server is back)."""
+        return self._core.outage
 
     @property
     def node_id(self) -> str:

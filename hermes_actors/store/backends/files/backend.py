@@ -99,6 +99,8 @@ class FilesBackend:
 
     #: The backend's kind (``Backend.kind``): the only degraded one.
     kind = "files"
+    #: Whether the data lives in the home (``Backend.local``).
+    local = True
 
     def __init__(self, home: str | Path, transcripts: JsonlTranscripts, *,
                  previous: Backend | None = None, node_id: str | None = None,

@@ -94,6 +94,8 @@ class PostgresBackend(Reads):
 
     #: The backend's kind (``Backend.kind``).
     kind = "postgres"
+    #: Whether the data lives in the home (``Backend.local``).
+    local = False
 
     def __init__(self, dsn: str, home: str | Path, *, pool_size: int = DEFAULT_POOL_SIZE,
                  read_only: bool = False) -> None:

@@ -172,6 +172,8 @@ class SessionDB:
 
     #: The backend's kind (``Backend.kind``).
     kind = "sqlite"
+    #: Whether the data lives in the home (``Backend.local``).
+    local = True
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
                  writer: str | None = None) -> None:
