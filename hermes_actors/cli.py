@@ -36,6 +36,7 @@ from hermes_actors.errors import (
 from hermes_actors.process.arguments import (
     configure_bench,
     configure_chat,
+    configure_migrate,
     configure_run,
     configure_send,
     configure_show,
@@ -93,6 +94,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     return send_command(args)
 
 
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    """``db migrate``: copy a SQLite home into an empty PostgreSQL database."""
+    from hermes_actors.process.migrate import cmd_db_migrate as migrate
+
+    return migrate(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``bench``: run the benchmark harness."""
     from hermes_actors.process.commands import bench_command
@@ -114,6 +122,12 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand(("sessions", "show"), "show one session", cmd_sessions_show, configure_show),
     Subcommand(("db", "check"), "report database health (read-only)", cmd_db_check),
     Subcommand(("db", "rebuild-fts"), "rebuild the full-text index", cmd_db_rebuild_fts),
+    Subcommand(("db", "migrate"), "copy the home's state.db into an empty PostgreSQL database",
+               cmd_db_migrate, configure_migrate,
+               "Copy every table of the home's state.db (sessions, transcripts, routing, "
+               "inbox, ledger, outbox, node state) into the empty PostgreSQL database --to "
+               "names, in one transaction, and verify the row counts. The gateway must not "
+               "be running; state.db and the config file are left as they are."),
     Subcommand(("bench",), "run the benchmark harness (python -m benchmarks)", cmd_bench,
                configure_bench, "Arguments after 'bench' (and an optional leading --home "
                "DIR) are passed to the benchmark harness unchanged."),

@@ -1,4 +1,4 @@
-"""Arguments of ``run``, ``chat``, ``send`` and ``bench`` (the rows are in :mod:`hermes_actors.cli`).
+"""Arguments of ``run``, ``chat``, ``send``, ``bench`` and ``db migrate`` (the rows are in :mod:`hermes_actors.cli`).
 
 Kept apart from the commands' bodies because :mod:`hermes_actors.cli` refers to these
 functions in its command table at import time, before ``run`` has patched gevent: this module
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_run", "configure_send",
-           "configure_show"]
+__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_migrate",
+           "configure_run", "configure_send", "configure_show"]
 
 #: The agent kinds ``--agent`` accepts.
 AGENT_KINDS = ("echo", "scripted", "command", "openai")
@@ -84,3 +84,11 @@ def configure_show(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tail", type=int, default=20, help="how many transcript messages (default 20)"
     )
+
+
+def configure_migrate(parser: argparse.ArgumentParser) -> None:
+    """``db migrate --to DSN``."""
+    parser.add_argument("--to", required=True, metavar="DSN",
+                        help="the empty PostgreSQL database to copy the home's state.db into "
+                        "(postgresql://user@host:5432/db; a password may come from "
+                        "PGPASSWORD or ~/.pgpass instead of the DSN)")
