@@ -74,6 +74,7 @@ from hermes_actors.store.transcript import public_message, reply_after_marker
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "WRITER_ENV",
+    "read_only_uri",
     "WRITE_ATTEMPTS",
     "SessionDB",
     "StoreUnavailableError",
@@ -116,7 +117,7 @@ def _pragmas(read_only: bool, writer: str) -> list[tuple[str, Any]]:
     return pragmas
 
 
-def _read_only_uri(path: Path) -> str:
+def read_only_uri(path: Path) -> str:
     """A read-only URI; ``immutable`` when no WAL exists, so nothing is created beside it.
 
     A read-only connection to a WAL database otherwise creates ``-wal``/``-shm`` files and
@@ -232,7 +233,7 @@ class SessionDB:
         if self.read_only:
             if not self.path.is_file():
                 raise StoreUnavailableError(f"no database file at {self.path}")
-            target, extra = _read_only_uri(self.path), {"uri": True}
+            target, extra = read_only_uri(self.path), {"uri": True}
         else:
             target, extra = str(self.path), {}
         self._database = pw.SqliteDatabase(

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from hermes_actors.errors import StoreError, StoreUnavailableError, UsageError
-from hermes_actors.store.backends.sqlite.db import BUSY_TIMEOUT_MS, _read_only_uri
+from hermes_actors.store.backends.sqlite.db import BUSY_TIMEOUT_MS, read_only_uri
 from hermes_actors.store.backends.sqlite.schema import SCHEMA_VERSION
 from hermes_actors.store.backends.sqlite.writer_process import LOCK_SUFFIX, writer_lock
 
@@ -70,7 +70,7 @@ class SqliteSnapshot:
         if Path(str(self.path) + LOCK_SUFFIX).exists():
             self._writer_lock = writer_lock(self.path, BUSY_TIMEOUT_MS / 1000, time.sleep)
         try:
-            conn = sqlite3.connect(_read_only_uri(self.path), uri=True, isolation_level=None,
+            conn = sqlite3.connect(read_only_uri(self.path), uri=True, isolation_level=None,
                                    timeout=BUSY_TIMEOUT_MS / 1000)
             self._conn = conn
             conn.execute("PRAGMA query_only = 1")
