@@ -15,7 +15,14 @@ from typing import Any
 
 from hermes_actors.model.timeutil import parse_timestamp
 
-__all__ = ["ROLES", "normalize_message", "public_message", "reply_after_marker"]
+__all__ = [
+    "LAST_ROW_COLUMNS",
+    "ROLES",
+    "normalize_message",
+    "public_message",
+    "reply_after_last_row",
+    "reply_after_marker",
+]
 
 #: The roles a transcript message may have.
 ROLES = ("user", "assistant", "tool", "system")
@@ -113,3 +120,16 @@ def reply_after_marker(last: Mapping[str, Any] | None, token: str,
     if not isinstance(timestamp, (int, float)) or timestamp < started:
         return None
     return content
+
+
+#: The columns of a session's last message that :func:`reply_after_last_row` reads, in order.
+LAST_ROW_COLUMNS = ("role", "content", "tool_calls", "timestamp", "turn_token")
+
+
+def reply_after_last_row(row: tuple[Any, ...] | None, token: str,
+                         started: float | None) -> str | None:
+    """:func:`reply_after_marker` of a stored row holding :data:`LAST_ROW_COLUMNS` (what
+    the backends read for it), or ``None`` for no row."""
+    if row is None:
+        return None
+    return reply_after_marker(dict(zip(LAST_ROW_COLUMNS, row, strict=True)), token, started)

@@ -19,7 +19,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
 from hermes_actors.store.routing import RoutingFlags, RoutingRow
-from hermes_actors.store.transcript import public_message, reply_after_marker
+from hermes_actors.store.transcript import (
+    LAST_ROW_COLUMNS,
+    public_message,
+    reply_after_last_row,
+)
 
 __all__ = ["DIAGNOSTIC_ORDER", "Reads"]
 
@@ -42,7 +46,7 @@ _LAST_REPLY = (
     " AND is_reply ORDER BY id DESC LIMIT 1"
 )
 _LAST_MESSAGE = (
-    "SELECT role, content, tool_calls, timestamp, turn_token FROM messages"
+    f"SELECT {', '.join(LAST_ROW_COLUMNS)} FROM messages"
     " WHERE session_id = %s ORDER BY id DESC LIMIT 1"
 )
 
@@ -171,13 +175,9 @@ class Reads:
                     found[(sid, token)] = row[0]
                     continue
                 last = cur.execute(_LAST_MESSAGE, (sid,)).fetchone()
-                if last is not None:
-                    role, content, calls, timestamp, turn = last
-                    reply = reply_after_marker(
-                        {"role": role, "content": content, "tool_calls": calls,
-                         "timestamp": timestamp, "turn_token": turn}, token, started)
-                    if reply is not None:
-                        found[(sid, token)] = reply
+                reply = reply_after_last_row(last, token, started)
+                if reply is not None:
+                    found[(sid, token)] = reply
             return found
 
         return self._read(read)

@@ -69,7 +69,11 @@ from hermes_actors.store.routing import (
     is_prunable,
     needs_recovery,
 )
-from hermes_actors.store.transcript import public_message, reply_after_marker
+from hermes_actors.store.transcript import (
+    LAST_ROW_COLUMNS,
+    public_message,
+    reply_after_last_row,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -568,15 +572,11 @@ class SessionDB:
                     found[(sid, token)] = row[0]
                     continue
                 last = self._database.execute_sql(
-                    "SELECT role, content, tool_calls, timestamp, turn_token FROM messages"
+                    f"SELECT {', '.join(LAST_ROW_COLUMNS)} FROM messages"
                     " WHERE session_id = ? ORDER BY id DESC LIMIT 1", (sid,)).fetchone()
-                if last is not None:
-                    role, content, calls, timestamp, turn = last
-                    reply = reply_after_marker(
-                        {"role": role, "content": content, "tool_calls": calls,
-                         "timestamp": timestamp, "turn_token": turn}, token, started)
-                    if reply is not None:
-                        found[(sid, token)] = reply
+                reply = reply_after_last_row(last, token, started)
+                if reply is not None:
+                    found[(sid, token)] = reply
             return found
 
         return self._read(read)
