@@ -27,6 +27,9 @@ class SendResult:
     retry_after: float | None = None
     #: When only the first part of a split text went out: the rest, which a retry sends.
     unsent: str | None = None
+    #: A refusal for good (Telegram's 403: the bot was blocked or removed from the chat):
+    #: the obligation is abandoned at once and never sent again, not retried by sweeps.
+    permanent: bool = False
 
 
 @runtime_checkable

@@ -9,8 +9,8 @@ here, inside the ledger's rules rather than beside them: the refused try is a fa
 (the ledger counts it, and abandons the row after the third), then the row is claimed again
 and sent after the wait. The worker that sent it waits, so a session's replies keep their
 order. A longer wait than :data:`MAX_RETRY_WAIT` is not held in a worker: the row stays
-``failed`` for the housekeeping sweep. A refusal without ``retry_after`` (a bot blocked by
-the user) is one failed attempt and nothing more.
+``failed`` for the housekeeping sweep. A refusal for good (``SendResult.permanent``: a bot
+blocked by the user) abandons the row at once: no sweep tries it again.
 """
 
 from __future__ import annotations
@@ -206,14 +206,19 @@ class Delivery:
             tries += 1
             outgoing = outgoing._replace(text=result.unsent or outgoing.text)
         if owed.id is not None:
-            self._finish(owed.id, result.success, result.error)
+            self._finish(owed.id, result)
         return result.success
 
-    def _finish(self, obligation_id: str, ok: bool, error: str | None,
+    def _finish(self, obligation_id: str, result: SendResult,
                 tracker: ActivityTracker | None = None) -> None:
-        """Record the outcome; with a tracker (``tracker``, else the gateway's), without
-        waiting for the commit: counted as outstanding work until it is durable."""
-        state, error = ("delivered", None) if ok else ("failed", error)
+        """Record the outcome of ``result``; with a tracker (``tracker``, else the
+        gateway's), without waiting for the commit: counted as outstanding work until it is
+        durable."""
+        error = result.error
+        if result.success:
+            state, error = "delivered", None
+        else:
+            state = "abandoned" if result.permanent else "failed"
         tracker = tracker or self._tracker
         if tracker is None:
             self._store.ledger_finish(obligation_id, state, error=error)
@@ -245,7 +250,7 @@ class Delivery:
                     if oid not in claimed:
                         continue
                     result = self._send(adapter, outgoing)
-                    self._finish(oid, result.success, result.error, settling)
+                    self._finish(oid, result, settling)
                     if result.success:
                         delivered.append(oid)
             finally:
@@ -260,7 +265,8 @@ class Delivery:
             else:
                 result = adapter.send(outgoing.target, outgoing.text)
             if not isinstance(result, SendResult):
-                result = SendResult(bool(result.success), error=result.error)
+                result = SendResult(bool(result.success), error=result.error,
+                                    permanent=bool(getattr(result, "permanent", False)))
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
             log.exception("adapter %s raised while sending", platform)
             result = SendResult(False, error=f"{type(exc).__name__}: {exc}")

@@ -132,7 +132,8 @@ class DeliveryLedger:
     def ledger_finish(self, obligation_id: str, state: str, *,
                       error: str | None = None) -> str | None:
         """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts or
-        24 h); returns the stored state, or ``None`` for an unknown id."""
+        24 h), or ``abandoned`` at once (refused for good); returns the stored state, or
+        ``None`` for an unknown id."""
         _check_outcome(state)
         return self._core.apply([LedgerFinish(obligation_id, state, error, self._core.ts())])[0]
 
@@ -173,5 +174,6 @@ class DeliveryLedger:
 
 
 def _check_outcome(state: str) -> None:
-    if state not in ("delivered", "failed"):
-        raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
+    if state not in ledger.OUTCOMES:
+        raise ValueError(f"an attempt ends {', '.join(map(repr, ledger.OUTCOMES))}, "
+                         f"not {state!r}")

@@ -23,6 +23,7 @@ __all__ = [
     "KINDS",
     "MAX_AGE_SECONDS",
     "MAX_ATTEMPTS",
+    "OUTCOMES",
     "STATES",
     "claim_allowed",
     "finish_state",
@@ -37,6 +38,9 @@ STATES = ("pending", "attempting", "delivered", "failed", "abandoned")
 CLAIMABLE_STATES = ("pending", "attempting", "failed")
 #: States that are never sent again (pruned after a week).
 FINAL_STATES = ("delivered", "abandoned")
+#: How an attempt may end: sent, failed (tried again while attempts last), or refused for
+#: good by the platform (abandoned at once).
+OUTCOMES = ("delivered", "failed", "abandoned")
 #: A failed obligation is abandoned after this many attempts...
 MAX_ATTEMPTS = 3
 #: ...or when it is older than this (24 h).
@@ -72,8 +76,8 @@ def claim_allowed(
 
 def finish_state(state: str, *, attempts: int, created_at: float, now: float) -> str:
     """The stored state after an attempt ends: ``delivered``, ``failed`` or ``abandoned``."""
-    if state not in ("delivered", "failed"):
-        raise ValueError(f"an attempt ends 'delivered' or 'failed', not {state!r}")
+    if state not in OUTCOMES:
+        raise ValueError(f"an attempt ends {', '.join(map(repr, OUTCOMES))}, not {state!r}")
     if state == "failed" and (attempts >= MAX_ATTEMPTS or now - created_at > MAX_AGE_SECONDS):
         return "abandoned"
     return state

@@ -86,13 +86,25 @@ class TestRateLimit:
 
 
 class TestRefusal:
-    """A refusal without ``retry_after`` (a blocked bot) is one failed attempt, no storm."""
+    """A refusal without ``retry_after`` is one failed attempt, no storm; a refusal for good
+    (a blocked bot) abandons the row, so no sweep sends it again."""
 
     def test_one_attempt_marked_failed(self, run):
         clock = FakeClock()
-        adapter = ScriptedAdapter(SendResult(False, error="403 Forbidden: bot was blocked"))
+        adapter = ScriptedAdapter(SendResult(False, error="500 Internal Server Error"))
         gateway = run(adapter, clock)
         assert len(adapter.calls) == 1 and clock.slept == []
         row = _row(gateway)
         assert (row["state"], row["attempts"]) == ("failed", 1)
+        assert "500" in row["last_error"]
+
+    def test_a_refusal_for_good_is_abandoned_and_never_swept(self, run):
+        clock = FakeClock()
+        adapter = ScriptedAdapter(SendResult(False, error="403 Forbidden: bot was blocked",
+                                             permanent=True))
+        gateway = run(adapter, clock)
+        row = _row(gateway)
+        assert (row["state"], row["attempts"]) == ("abandoned", 1)
         assert "blocked" in row["last_error"]
+        gateway.housekeeping_tick()  # its ledger sweep retries failed rows, not this one
+        assert gateway.wait_idle(timeout=30) and len(adapter.calls) == 1

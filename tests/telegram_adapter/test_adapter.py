@@ -74,11 +74,15 @@ class TestSend:
         result = adapter.send(DM, "hi")
         assert (result.success, result.retry_after, result.unsent) == (False, 2.0, None)
 
-    def test_a_blocked_bot_is_a_failure_without_retry_after(self, adapter, bot_api):
+    def test_a_blocked_bot_is_a_refusal_for_good(self, adapter, bot_api):
         bot_api.block("42")
         result = adapter.send(DM, "hello?")
-        assert not result.success and result.retry_after is None
+        assert not result.success and result.retry_after is None and result.permanent
         assert "403" in result.error and "blocked" in result.error
+
+    def test_a_rate_limit_is_not_for_good(self, adapter, bot_api):
+        bot_api.fail("sendMessage", 429, "Too Many Requests: retry after 2", retry_after=2)
+        assert not adapter.send(DM, "hi").permanent
 
 
 class Steps:

@@ -103,7 +103,8 @@ class TestConversation:
 
 
 class TestRefusals:
-    """429 is waited out and retried, 403 fails once; the token is in no log line."""
+    """429 is waited out and retried, 403 abandons the row at once; the token is in no log
+    line."""
 
     def test_rate_limit_blocked_chat_and_a_masked_debug_log(self, telegram_gateway, bot_api,
                                                            tmp_path):
@@ -125,7 +126,7 @@ class TestRefusals:
         assert gateway.stop() == 0
         rows = {r["chat_id"]: r for r in db_rows(tmp_path / "home", "deliveries")}
         assert (rows["42"]["state"], rows["42"]["attempts"]) == ("delivered", 2)
-        assert (rows["13"]["state"], rows["13"]["attempts"]) == ("failed", 1)
+        assert (rows["13"]["state"], rows["13"]["attempts"]) == ("abandoned", 1)
         output = gateway.stderr.text() + gateway.stdout.text()
         assert "event=telegram_poll_failed" in output and "/bot<token>/" in output
         assert TOKEN not in output and TOKEN.split(":")[1] not in output

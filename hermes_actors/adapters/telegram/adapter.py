@@ -4,8 +4,9 @@ The adapter is a plain :class:`~hermes_actors.adapters.base.PlatformAdapter` who
 the delivery ledger calls like any other's: it splits the text at Telegram's limit and sends
 the parts in order. Failures come back as data the ledger acts on, never as exceptions: a
 ``429`` carries ``retry_after`` (and the part not yet sent) so the delivery waits it out
-within its attempts; a ``403`` (the user blocked the bot, the bot left the group) is a plain
-failed attempt. Ingress is an :class:`~hermes_actors.adapters.telegram.poller.UpdatePoller`
+within its attempts; a ``403`` (the user blocked the bot, the bot left the group) is a
+refusal for good (``SendResult.permanent``: the row is abandoned, never sent again).
+Ingress is an :class:`~hermes_actors.adapters.telegram.poller.UpdatePoller`
 started after the gateway, so nothing is submitted before recovery opened it.
 
 Lifecycle: ``connect()`` checks the token with ``getMe`` (a rejected one is a
@@ -31,6 +32,9 @@ from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 
 __all__ = ["TelegramAdapter", "check_token"]
+
+#: Telegram's answer when the bot may not write to the chat any more (blocked, removed).
+FORBIDDEN = 403
 
 log = logging.getLogger("hermes_actors.telegram")
 
@@ -135,7 +139,8 @@ class TelegramAdapter:
             except TelegramError as exc:
                 # The parts already sent stay sent: a retry sends only the rest.
                 return SendResult(False, error=str(exc), retry_after=exc.retry_after,
-                                  unsent="\n\n".join(parts[index:]) if index else None)
+                                  unsent="\n\n".join(parts[index:]) if index else None,
+                                  permanent=exc.status == FORBIDDEN)
         return SendResult(True, message_id=str(getattr(last, "message_id", "")) or None)
 
     def start_typing(self, target: SessionSource) -> Typing:

@@ -55,6 +55,15 @@ class TestLedger:
             state = backend.apply([finish("failed", error=f"boom {n}")])[0]
         assert state == "abandoned" and backend.ledger_rows()[0]["last_error"] == "boom 2"
 
+    def test_a_refusal_for_good_is_abandoned_at_the_first_attempt(self, backend):
+        backend.apply([record()])
+        backend.apply([claim()])
+        assert backend.apply([finish("abandoned", error="403 blocked")]) == ["abandoned"]
+        assert backend.apply([claim(boot="b2")]) == [False]  # final: never sent again
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["attempts"], row["last_error"]) == (
+            "abandoned", 1, "403 blocked")
+
     def test_prune_final_rows(self, backend):
         backend.apply([record("a" * 24), record("b" * 24)])
         backend.apply([claim("a" * 24), finish("delivered", "a" * 24, at=T0)])
