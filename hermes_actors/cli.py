@@ -1,4 +1,5 @@
-"""The ``hermes-actors`` command line (§12, §17.16, §17.35, §17.48, §17.49).
+"""The ``hermes-actors`` command line (§12, §17.16, §17.35, §17.48, §17.49; ``cluster``:
+issue 20).
 
 Subcommands are rows of :data:`SUBCOMMANDS`: a path (``("db", "check")``), a help text, a
 function ``run(args) -> exit code`` and optionally a function adding its own arguments; the
@@ -36,6 +37,7 @@ from hermes_actors.errors import (
 from hermes_actors.process.arguments import (
     configure_bench,
     configure_chat,
+    configure_cluster_status,
     configure_migrate,
     configure_run,
     configure_send,
@@ -101,6 +103,13 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     return migrate(args)
 
 
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    """``cluster status``: the cluster's nodes and leases in the home's PostgreSQL store."""
+    from hermes_actors.process.cluster import cmd_cluster_status as status
+
+    return status(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``bench``: run the benchmark harness."""
     from hermes_actors.process.commands import bench_command
@@ -128,6 +137,13 @@ SUBCOMMANDS: list[Subcommand] = [
                "inbox, ledger, outbox, node state) into the empty PostgreSQL database --to "
                "names, in one transaction, and verify the row counts. The gateway must not "
                "be running; state.db and the config file are left as they are."),
+    Subcommand(("cluster", "status"), "show the cluster's nodes, shards and leases",
+               cmd_cluster_status, configure_cluster_status,
+               "Read the cluster's tables in the PostgreSQL store of the home's configuration "
+               "(any node's home: they share the database): every node with its heartbeat "
+               "age and shards held, every shard's lease with its owner, epoch and expiry, "
+               "measured on the database's clock. Exit 1 when no node has created a cluster "
+               "there yet."),
     Subcommand(("bench",), "run the benchmark harness (python -m benchmarks)", cmd_bench,
                configure_bench, "Arguments after 'bench' (and an optional leading --home "
                "DIR) are passed to the benchmark harness unchanged."),

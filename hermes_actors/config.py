@@ -25,10 +25,12 @@ from hermes_actors.model.platform import Platform
 __all__ = [
     "AgentCacheConfig",
     "AgentConfig",
+    "ClusterConfig",
     "GatewayConfig",
     "HomeChannel",
     "HousekeepingConfig",
     "HttpConfig",
+    "MAX_SHARDS",
     "OpenAIConfig",
     "PrivacyConfig",
     "RestartStormConfig",
@@ -368,6 +370,33 @@ class StoreConfig:
                 "(or set HERMES_STORE_DSN), e.g. postgresql://user@host:5432/hermes")
 
 
+#: The most shards a cluster may have (``cluster.shards``).
+MAX_SHARDS = 4096
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``cluster``: sessions sharded across gateway processes sharing one PostgreSQL store.
+
+    ``shards`` is fixed when the first node creates the cluster (a node configured otherwise
+    refuses to start); ``lease_ttl`` is how long a shard's lease lasts without a renewal
+    (seconds; what a dead node's shards wait before others take them), ``heartbeat`` how
+    often a node renews its leases and rebalances (seconds; must be shorter than
+    ``lease_ttl``, so that a lease survives a late round)."""
+
+    enabled: bool = _opt(_bool, False)
+    shards: int = _opt(_number(1, integer=True, maximum=MAX_SHARDS), 64)
+    lease_ttl: float = _opt(_number(0.001), 10.0)
+    heartbeat: float = _opt(_number(0.001), 2.0)
+
+    def __post_init__(self) -> None:
+        if self.heartbeat >= self.lease_ttl:
+            raise ConfigError(
+                f"config key 'cluster.heartbeat': must be shorter than cluster.lease_ttl "
+                f"({self.lease_ttl:g}s), got {self.heartbeat:g}s: a node renews its leases "
+                "every heartbeat, and a lease must outlive a late round")
+
+
 @dataclass(frozen=True)
 class GatewayConfig:
     """The whole configuration; build it with :func:`load_config`."""
@@ -393,6 +422,7 @@ class GatewayConfig:
     whatsapp: WhatsAppConfig = _section(WhatsAppConfig)
     telegram: TelegramConfig = _section(TelegramConfig)
     store: StoreConfig = _section(StoreConfig)
+    cluster: ClusterConfig = _section(ClusterConfig)
     #: Dotted paths of legacy keys that were accepted and ignored (``session_reset.mode``).
     ignored_keys: tuple[str, ...] = ()
     #: Dotted paths of keys that are not part of §13.
@@ -401,6 +431,11 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.home_channels is None:
             object.__setattr__(self, "home_channels", {})
+        if self.cluster.enabled and self.store.backend != "postgres":
+            raise ConfigError(
+                f"config key 'cluster.enabled': a cluster needs store.backend 'postgres' "
+                f"(its nodes share one database), but store.backend is "
+                f"{self.store.backend!r}")
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -428,6 +463,10 @@ ENV_OVERRIDES = {
     "HERMES_STORE_BACKEND": "store.backend",
     "HERMES_STORE_DSN": "store.dsn",
     "HERMES_STORE_POOL_SIZE": "store.pool_size",
+    "HERMES_CLUSTER_ENABLED": "cluster.enabled",
+    "HERMES_CLUSTER_SHARDS": "cluster.shards",
+    "HERMES_CLUSTER_LEASE_TTL": "cluster.lease_ttl",
+    "HERMES_CLUSTER_HEARTBEAT": "cluster.heartbeat",
 }
 
 

@@ -465,3 +465,67 @@ class TestStoreKeys:
     def test_pool_size_bounds(self, size):
         with pytest.raises(ConfigError, match="store.pool_size"):
             load_quietly({"store": {"pool_size": size}})
+
+
+@pytest.mark.cluster
+class TestClusterKeys:
+    """``cluster``: off by default, only on PostgreSQL, heartbeat shorter than lease_ttl."""
+
+    POSTGRES = {"backend": "postgres", "dsn": "postgresql://hermes@db.example/hermes"}
+
+    def test_defaults(self):
+        cluster = load_quietly()[0].cluster
+        assert (cluster.enabled, cluster.shards, cluster.lease_ttl, cluster.heartbeat) == (
+            False, 64, 10.0, 2.0)
+
+    def test_from_the_file(self):
+        config, _ = load_quietly({"store": self.POSTGRES, "cluster": {
+            "enabled": True, "shards": 4096, "lease_ttl": 3, "heartbeat": 0.5}})
+        assert config.cluster.enabled and config.cluster.shards == 4096
+        assert (config.cluster.lease_ttl, config.cluster.heartbeat) == (3.0, 0.5)
+
+    def test_from_the_environment(self):
+        env = {"HERMES_STORE_BACKEND": "postgres", "HERMES_STORE_DSN": self.POSTGRES["dsn"],
+               "HERMES_CLUSTER_ENABLED": "yes", "HERMES_CLUSTER_SHARDS": "16",
+               "HERMES_CLUSTER_LEASE_TTL": "20", "HERMES_CLUSTER_HEARTBEAT": "4"}
+        cluster = load_quietly(env=env)[0].cluster
+        assert (cluster.enabled, cluster.shards, cluster.lease_ttl, cluster.heartbeat) == (
+            True, 16, 20.0, 4.0)
+
+    def test_an_environment_value_names_its_variable(self):
+        with pytest.raises(ConfigError, match=r"HERMES_CLUSTER_SHARDS: config key "
+                                              r"'cluster.shards': expected an integer"):
+            load_quietly(env={"HERMES_CLUSTER_SHARDS": "lots"})
+
+    def test_enabled_needs_postgres(self):
+        with pytest.raises(ConfigError, match=r"'cluster.enabled': a cluster needs "
+                                              r"store.backend 'postgres'.*'sqlite'"):
+            load_quietly({"cluster": {"enabled": True}})
+
+    def test_disabled_is_fine_on_sqlite(self):
+        assert load_quietly({"cluster": {"enabled": False, "shards": 8}})[0].cluster.shards == 8
+
+    @pytest.mark.parametrize(("ttl", "heartbeat"), [(10, 10), (2, 3)])
+    def test_heartbeat_must_be_shorter_than_lease_ttl(self, ttl, heartbeat):
+        with pytest.raises(ConfigError, match=r"'cluster.heartbeat': must be shorter than "
+                                              r"cluster.lease_ttl"):
+            load_quietly({"cluster": {"lease_ttl": ttl, "heartbeat": heartbeat}})
+
+    @pytest.mark.parametrize("shards", [0, 4097, 2.5, "many", True])
+    def test_shards_bounds(self, shards):
+        with pytest.raises(ConfigError, match=r"'cluster.shards': expected an integer >= 1 "
+                                              r"and <= 4096"):
+            load_quietly({"cluster": {"shards": shards}})
+
+    @pytest.mark.parametrize("key", ["lease_ttl", "heartbeat"])
+    def test_times_must_be_positive(self, key):
+        with pytest.raises(ConfigError, match=f"'cluster.{key}'"):
+            load_quietly({"cluster": {key: 0}})
+
+    def test_a_gateway_does_not_run_as_a_cluster_node_yet(self, tmp_path):
+        from hermes_actors import Gateway
+
+        config = load_config({"store": self.POSTGRES, "cluster": {"enabled": True}}, env={})
+        with pytest.raises(ConfigError, match="'cluster.enabled': this version of the gateway"):
+            Gateway(tmp_path / "home", config=config).start()
+        assert not (tmp_path / "home").exists()  # refused before the home was touched

@@ -2,9 +2,10 @@
 
 Every ``import`` statement counts, wherever it is (module level, inside a function, under
 ``TYPE_CHECKING``), and so do the module names of the lazy export tables (``_EXPORTS``).
-The layers, lowest first: ``errors``/``_lazy``/``_green``; ``model``; ``config``; ``store``,
-``agents`` and ``adapters``; ``runtime``; ``testing``; ``process``; ``cli``; ``__main__`` and the
-package itself. A package may import its own modules and those of lower layers only.
+The layers, lowest first: ``errors``/``_lazy``/``_green``; ``model``; ``config``; ``cluster``;
+``store``, ``agents`` and ``adapters``; ``runtime``; ``testing``; ``process``; ``cli``;
+``__main__`` and the package itself. A package may import its own modules and those of lower
+layers only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "_lazy", "_green"}),
     frozenset({"model"}),
     frozenset({"config"}),
+    frozenset({"cluster"}),
     frozenset({"store", "agents", "adapters"}),
     frozenset({"runtime"}),
     frozenset({"testing"}),

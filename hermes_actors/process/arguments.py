@@ -1,4 +1,5 @@
-"""Arguments of ``run``, ``chat``, ``send``, ``bench`` and ``db migrate`` (the rows are in :mod:`hermes_actors.cli`).
+"""Arguments of ``run``, ``chat``, ``send``, ``bench``, ``db migrate`` and ``cluster status``
+(the rows are in :mod:`hermes_actors.cli`).
 
 Kept apart from the commands' bodies because :mod:`hermes_actors.cli` refers to these
 functions in its command table at import time, before ``run`` has patched gevent: this module
@@ -10,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_migrate",
-           "configure_run", "configure_send", "configure_show"]
+__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_cluster_status",
+           "configure_migrate", "configure_run", "configure_send", "configure_show"]
 
 #: The agent kinds ``--agent`` accepts.
 AGENT_KINDS = ("echo", "scripted", "command", "openai")
@@ -92,3 +93,9 @@ def configure_migrate(parser: argparse.ArgumentParser) -> None:
                         help="the empty PostgreSQL database to copy the home's state.db into "
                         "(postgresql://user@host:5432/db; a password may come from "
                         "PGPASSWORD or ~/.pgpass instead of the DSN)")
+
+
+def configure_cluster_status(parser: argparse.ArgumentParser) -> None:
+    """``cluster status [--json]``."""
+    parser.add_argument("--json", action="store_true",
+                        help="print the nodes and leases as one JSON document")

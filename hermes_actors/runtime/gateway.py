@@ -21,7 +21,7 @@ import pykka
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import HermesActorsError, StoreUnavailableError
+from hermes_actors.errors import ConfigError, HermesActorsError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor
@@ -185,6 +185,14 @@ class Gateway:
         written (no recovery, no marker)."""
         if self._state != "new":
             raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
+        if self.config.cluster.enabled:
+            # The leases exist (hermes_actors.cluster); serving only the owned shards' sessions
+            # does not yet. Running as a plain node would let two gateways serve one session.
+            raise ConfigError(
+                "config key 'cluster.enabled': this version of the gateway cannot run as a "
+                "cluster node yet (the shard leases are in place, serving only the sessions "
+                "of owned shards is not); set cluster.enabled: false and run one gateway "
+                "per database")
         self.claim_home()
         try:
             return self._start()

@@ -21,6 +21,7 @@ from hermes_actors import Gateway, load_config
 from hermes_actors.cli import main
 from hermes_actors.model.dsn import MASK
 from hermes_actors.store.backends.postgres.backend import PostgresBackend
+from hermes_actors.store.backends.postgres.schema import SCHEMA_VERSION
 from hermes_actors.store.backends.sqlite.db import SessionDB
 from hermes_actors.store.ops import (
     AcceptEvent,
@@ -184,7 +185,8 @@ class TestCopy:
         expected = {"sessions": 3, "messages": 8, "routing": 3, "deliveries": 5, "inbox": 4,
                     "outbox": 3, "node_state": 3}
         assert table == {name: [str(n), str(n)] for name, n in expected.items()}
-        assert pg_tables(postgres_dsn) == {**expected, "meta": 0, "schema_version": 1}
+        assert pg_tables(postgres_dsn) == {**expected, "meta": 0,
+                                           "schema_version": SCHEMA_VERSION}
         assert "sequence messages.id: next value 10" in out
         assert "sequence inbox.seq: next value 6" in out
         assert "sequence outbox.cursor: next value 5" in out
@@ -222,7 +224,7 @@ class TestCopy:
         code, out, err = migrate(capsys, home, postgres_dsn)
         assert code == 0, err
         assert pg_tables(postgres_dsn) == {name: 0 for name in (*KEYS, "meta")} | {
-            "schema_version": 1}
+            "schema_version": SCHEMA_VERSION}
         assert "sequence outbox.cursor: next value 1" in out
 
 

@@ -15,6 +15,11 @@ two gateways opening an empty database at once migrate it once. Canonical tables
 re-created ``IF NOT EXISTS`` at every read-write open, as on SQLite; the full-text index
 is not (dropping it is an operator's decision, undone by ``rebuild_fts``).
 
+Migration 2 adds the cluster's coordination tables (``cluster``, ``cluster_nodes``,
+``shard_leases``; see :mod:`~hermes_actors.store.backends.postgres.leases`) and the SQL twin
+of :func:`hermes_actors.cluster.shards.shard_of`. They hold no session data: ``db migrate``
+does not copy them.
+
 Full-text search is an expression GIN index over ``to_tsvector('simple', ...)``: the
 ``simple`` configuration lowercases and does not stem, like FTS5's default tokenizer. Only
 the first :data:`FTS_CHARS` characters of a message are indexed: ``to_tsvector`` refuses a
@@ -29,6 +34,9 @@ from hermes_actors.errors import StoreError
 
 __all__ = [
     "CANONICAL_TABLES",
+    "CLUSTER_DDL",
+    "CLUSTER_SHARD_FUNCTION",
+    "CLUSTER_TABLES",
     "FTS_CHARS",
     "FTS_DDL",
     "FTS_INDEX",
@@ -161,16 +169,60 @@ CANONICAL_INDEXES = ("sessions_session_key", "messages_session_id", "messages_tu
 CANONICAL_TABLES = ("sessions", "messages", "routing", "deliveries", "inbox", "outbox",
                     "node_state", "meta")
 
+#: The cluster's tables (migration 2, also their latest form; see
+#: :mod:`~hermes_actors.store.backends.postgres.leases` for how they are used). ``cluster``
+#: holds one row: the shard count, fixed by the first node. ``cluster_nodes`` one row per
+#: node (its heartbeat on the database's clock). ``shard_leases`` one row per shard, made
+#: with the cluster: free while ``owner`` is null; ``epoch`` grows at every acquisition.
+CLUSTER_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS cluster (
+        id boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (id),
+        shards integer NOT NULL CHECK (shards BETWEEN 1 AND 4096),
+        created_at double precision NOT NULL,
+        created_by text NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS cluster_nodes (
+        node_id text NOT NULL PRIMARY KEY,
+        boot_id text NOT NULL,
+        started_at double precision NOT NULL,
+        heartbeat_at double precision NOT NULL,
+        lease_ttl double precision NOT NULL,
+        host text,
+        pid integer,
+        address text,
+        leaving boolean NOT NULL DEFAULT false)""",
+    """CREATE TABLE IF NOT EXISTS shard_leases (
+        shard integer NOT NULL PRIMARY KEY CHECK (shard >= 0),
+        owner text,
+        epoch bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+        acquired_at double precision,
+        expires_at double precision,
+        CHECK ((owner IS NULL) = (expires_at IS NULL)))""",
+)
+#: ``cluster_shard(key, shards)``: the shard of a session key, exactly as
+#: :func:`hermes_actors.cluster.shards.shard_of` computes it (the first four bytes of the
+#: key's SHA-256 as a big-endian number, modulo the shard count). Every shift is in
+#: parentheses: PostgreSQL gives ``<<`` and ``|`` the same precedence.
+CLUSTER_SHARD_FUNCTION = """CREATE OR REPLACE FUNCTION cluster_shard(session_key text,
+        shards integer) RETURNS integer LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT (((get_byte(d, 0)::bigint << 24) | (get_byte(d, 1)::bigint << 16)
+             | (get_byte(d, 2)::bigint << 8) | get_byte(d, 3)::bigint) % shards)::integer
+    FROM (SELECT sha256(convert_to(session_key, 'UTF8')) AS d) AS digest
+$$"""
+#: The cluster's tables, in the order the diagnostics list them.
+CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases")
+
 #: Forward migrations; migration N adds row N to ``schema_version``.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (*CANONICAL_DDL, FTS_DDL),
+    (*CLUSTER_DDL, CLUSTER_SHARD_FUNCTION),
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
-#: Every canonical table and index in its latest form, for re-creating one that was lost
-#: (migration 1 is the latest form so far; a later migration that changes a table must
-#: write its new form out here).
-LATEST_DDL: tuple[str, ...] = CANONICAL_DDL
+#: Every table and index in its latest form, for re-creating one that was lost (the
+#: migrations so far wrote their latest forms; a later migration that changes a table must
+#: write its new form out here). Cluster tables that come back empty are a cluster that
+#: the next node creates anew: its leases start free, so nobody keeps a stale tenure.
+LATEST_DDL: tuple[str, ...] = (*CANONICAL_DDL, *CLUSTER_DDL)
 
 
 def applied_version(conn: Any) -> int:
@@ -229,7 +281,7 @@ def schema_problems(cur: Any) -> list[str]:
     version = applied_version(cur)
     if version != SCHEMA_VERSION:
         problems.append(f"schema version {version}, expected {SCHEMA_VERSION}")
-    for name in (*CANONICAL_TABLES, *CANONICAL_INDEXES):
+    for name in (*CANONICAL_TABLES, *CANONICAL_INDEXES, *CLUSTER_TABLES):
         if cur.execute("SELECT to_regclass(%s) IS NULL", (name,)).fetchone()[0]:
             problems.append(f"{name} is missing")
     for (name,) in cur.execute(_INVALID_INDEXES, (list(CANONICAL_TABLES), FTS_INDEX)):

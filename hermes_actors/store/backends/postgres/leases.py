@@ -1,0 +1,258 @@
+"""``PgLeases``: the cluster's lease table on PostgreSQL (the tables of schema migration 2).
+
+Each operation of :class:`~hermes_actors.cluster.records.LeaseStore` is one statement (one
+short transaction for creating the cluster and for a snapshot), correct however many nodes
+run it at once, because the conditions that decide ownership are checked on the rows as they
+are locked, in the statement that changes them: PostgreSQL locks each row and, when another
+transaction changed it meanwhile, re-checks the condition against the row as committed (read
+committed's re-evaluation). So of two nodes acquiring one free shard at once, the second
+finds it owned (or locked) and takes nothing; a renewal carrying a stale epoch matches no
+row; nothing reads a row in one statement and writes it in another. Statements that change
+several rows lock them in shard order, so two of them never deadlock (the races in the tests
+found that they did when each locked in its own scan order).
+
+Every time comes from the database's clock (``now()``: the statement's start, one instant
+for everything it writes; a statement that waited for a row lock compares against an
+earlier instant, which only makes a lease look valid a little longer to it, never shorter)
+and is stored as epoch seconds in ``double precision``, like every other time of the
+schema. Nodes never compare clocks with each other.
+
+The operations run on one autocommit connection of their own, opened on first use and
+again after a failure, with a ``statement_timeout``: a lease round must not hang on a stuck
+server past the time its leases are good for (the manager's local deadlines cover that
+time). Failures are :class:`~hermes_actors.errors.StoreUnavailableError` (the server cannot
+be used; retried at the next round) or :class:`~hermes_actors.errors.StoreError` (refused),
+the DSN's password masked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+
+from hermes_actors.cluster.records import (
+    Acquired,
+    ClusterSnapshot,
+    LeaseRow,
+    NodeAnnouncement,
+    NodeRow,
+)
+from hermes_actors.cluster.shards import check_shard_count
+from hermes_actors.store.backends.postgres.connection import Server
+from hermes_actors.store.backends.postgres.schema import migrate, repair_canonical_tables
+
+__all__ = ["DEFAULT_STATEMENT_TIMEOUT", "PgLeases"]
+
+T = TypeVar("T")
+
+#: Seconds one lease statement may run before the server cancels it.
+DEFAULT_STATEMENT_TIMEOUT = 5.0
+#: The database's clock as epoch seconds.
+_NOW = "extract(epoch FROM now())"
+
+_CREATE_CLUSTER = (
+    f"INSERT INTO cluster (id, shards, created_at, created_by) VALUES (true, %s, {_NOW}, %s)"
+    " ON CONFLICT (id) DO NOTHING")
+_CLUSTER_SHARDS = "SELECT shards FROM cluster"
+_CREATE_LEASES = (
+    "INSERT INTO shard_leases (shard) SELECT generate_series(0, %s - 1)"
+    " ON CONFLICT (shard) DO NOTHING")
+_HEARTBEAT = (
+    "INSERT INTO cluster_nodes (node_id, boot_id, started_at, heartbeat_at, lease_ttl, host,"
+    f" pid, address, leaving) VALUES (%s, %s, {_NOW}, {_NOW}, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (node_id) DO UPDATE SET boot_id = excluded.boot_id,"
+    " started_at = CASE WHEN cluster_nodes.boot_id = excluded.boot_id"
+    " THEN cluster_nodes.started_at ELSE excluded.started_at END,"
+    " heartbeat_at = excluded.heartbeat_at, lease_ttl = excluded.lease_ttl,"
+    " host = excluded.host, pid = excluded.pid, address = excluded.address,"
+    " leaving = excluded.leaving")
+_HAS_TABLES = "SELECT to_regclass('cluster') IS NOT NULL AND to_regclass('shard_leases') IS NOT NULL"
+_SNAPSHOT_NOW = f"SELECT {_NOW}, (SELECT shards FROM cluster)"
+_NODES = ("SELECT node_id, boot_id, started_at, heartbeat_at, lease_ttl, host, pid, address,"
+          " leaving FROM cluster_nodes ORDER BY node_id")
+_LEASES = ("SELECT shard, owner, epoch, expires_at, acquired_at FROM shard_leases"
+           " ORDER BY shard")
+#: The rows a statement changes are locked first, in shard order (``ORDER BY shard FOR
+#: UPDATE``): two statements locking several rows in different orders would deadlock.
+#: Free, expired, or the caller's own (a restarted node takes its leases back at once); a
+#: row another statement holds locked is skipped, not waited for (it is being taken,
+#: renewed or released: the next round looks again).
+_ACQUIRE = (
+    "WITH due AS (SELECT shard FROM shard_leases WHERE shard = ANY(%(shards)s::integer[])"
+    f" AND (owner IS NULL OR expires_at < {_NOW} OR owner = %(me)s)"
+    " ORDER BY shard FOR UPDATE SKIP LOCKED)"
+    f" UPDATE shard_leases AS l SET owner = %(me)s, epoch = l.epoch + 1, acquired_at = {_NOW},"
+    f" expires_at = {_NOW} + %(ttl)s FROM due WHERE l.shard = due.shard"
+    " RETURNING l.shard, l.epoch, l.expires_at")
+#: The caller's own tenures (shard -> epoch pairs), locked in shard order.
+_TENURES = (
+    "WITH due AS (SELECT l.shard FROM shard_leases AS l"
+    " JOIN unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h (shard, epoch)"
+    " ON l.shard = h.shard AND l.epoch = h.epoch WHERE l.owner = %(me)s{condition}"
+    " ORDER BY l.shard FOR UPDATE OF l)")
+#: Only the caller's own tenure (owner and epoch), and only while it has not expired.
+_RENEW = (
+    _TENURES.format(condition=f" AND l.expires_at >= {_NOW}")
+    + f" UPDATE shard_leases AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
+    " WHERE l.shard = due.shard RETURNING l.shard, l.expires_at")
+_RELEASE = (
+    _TENURES.format(condition="")
+    + " UPDATE shard_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
+    " FROM due WHERE l.shard = due.shard RETURNING l.shard")
+_LEAVE = "DELETE FROM cluster_nodes WHERE node_id = %s AND boot_id = %s"
+_FORGET = (
+    f"DELETE FROM cluster_nodes AS n WHERE n.heartbeat_at < {_NOW} - %s"
+    " AND NOT EXISTS (SELECT 1 FROM shard_leases AS l WHERE l.owner = n.node_id"
+    f" AND l.expires_at >= {_NOW})")
+
+
+class PgLeases:
+    """The lease table of the database ``server`` names (see the module docstring).
+
+    ``read_only`` servers (``cluster status``) may only :meth:`snapshot`. Thread-safe: one
+    operation at a time on the one connection.
+    """
+
+    def __init__(self, server: Server, *,
+                 statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> None:
+        self._server = server
+        #: The database, as it may be shown (password masked).
+        self.where = server.where
+        self._timeout_ms = max(1, int(statement_timeout * 1000))
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, dsn: str, *, read_only: bool = False,
+             statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> PgLeases:
+        """Leases of the database ``dsn`` names (connected on first use)."""
+        return cls(Server(dsn, read_only=read_only), statement_timeout=statement_timeout)
+
+    def close(self) -> None:
+        """Close the connection (a later operation opens a new one)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _run(self, doing: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    conn = self._server.connect()
+                    conn.execute(f"SET statement_timeout = {self._timeout_ms}")
+                    self._conn = conn
+                return work(self._conn)
+            except psycopg.OperationalError as exc:
+                self._discard()
+                raise self._server.unavailable(doing, exc) from None
+            except psycopg.Error as exc:
+                self._discard()
+                raise self._server.rejected(doing, exc) from None
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- the cluster and its nodes --------------------------------------------------------
+
+    def ensure_cluster(self, shards: int, node_id: str) -> int:
+        """Create the cluster (migrating the schema first, and re-creating lost tables, as
+        the backend's open does) with ``shards`` free leases unless it exists; returns the
+        shard count recorded. Two first nodes at once create it once: the second waits on
+        the first's row, then finds it."""
+        check_shard_count(shards)
+
+        def create(conn: psycopg.Connection[Any]) -> int:
+            migrate(conn, where=self.where)
+            repair_canonical_tables(conn)
+            with conn.transaction():
+                conn.execute(_CREATE_CLUSTER, (shards, node_id))
+                row = conn.execute(_CLUSTER_SHARDS).fetchone()
+                recorded = int(row[0]) if row is not None else shards
+                conn.execute(_CREATE_LEASES, (recorded,))
+            return recorded
+
+        return self._run("create the cluster in", create)
+
+    def heartbeat(self, node: NodeAnnouncement) -> None:
+        """Insert or refresh ``node``'s row (``started_at`` is kept while the boot is)."""
+        params = (node.node_id, node.boot_id, node.lease_ttl, node.host, node.pid,
+                  node.address, node.leaving)
+        self._run("heartbeat to", lambda conn: conn.execute(_HEARTBEAT, params))
+
+    def leave(self, node_id: str, boot_id: str) -> None:
+        """Remove the node's row, if it is still this boot's."""
+        self._run("leave the cluster in", lambda conn: conn.execute(_LEAVE, (node_id, boot_id)))
+
+    def forget_nodes(self, dead_for: float) -> int:
+        """Remove rows of nodes silent for more than ``dead_for`` seconds holding no valid
+        lease; returns how many."""
+        return self._run("prune the nodes of",
+                         lambda conn: conn.execute(_FORGET, (dead_for,)).rowcount)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Every node and lease as of one instant (a repeatable-read transaction); a
+        database without the cluster's tables or row has ``shards`` ``None``."""
+        def read(conn: psycopg.Connection[Any]) -> ClusterSnapshot:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                if not conn.execute(_HAS_TABLES).fetchone()[0]:  # type: ignore[index]
+                    now = conn.execute(f"SELECT {_NOW}").fetchone()[0]  # type: ignore[index]
+                    return ClusterSnapshot(float(now), None, (), ())
+                now, shards = conn.execute(_SNAPSHOT_NOW).fetchone()  # type: ignore[misc]
+                nodes = tuple(
+                    NodeRow(n, b, float(s), float(h), float(t), host, pid, a, bool(leaving))
+                    for n, b, s, h, t, host, pid, a, leaving in conn.execute(_NODES))
+                leases = tuple(
+                    LeaseRow(int(shard), owner, int(epoch), _time(expires), _time(acquired))
+                    for shard, owner, epoch, expires, acquired in conn.execute(_LEASES))
+            return ClusterSnapshot(float(now), None if shards is None else int(shards),
+                                   nodes, leases)
+
+        return self._run("read the cluster in", read)
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def acquire(self, node_id: str, shards: Iterable[int], ttl: float) -> list[Acquired]:
+        """Take those of ``shards`` that are free, expired or ``node_id``'s already."""
+        wanted = sorted(set(shards))
+        if not wanted:
+            return []
+        params = {"me": node_id, "ttl": ttl, "shards": wanted}
+        rows = self._run("acquire leases in",
+                         lambda conn: conn.execute(_ACQUIRE, params).fetchall())
+        return sorted((Acquired(int(s), int(e), float(x)) for s, e, x in rows),
+                      key=lambda lease: lease.shard)
+
+    def renew(self, node_id: str, held: Mapping[int, int], ttl: float) -> dict[int, float]:
+        """Extend the still valid leases of ``held`` (shard -> epoch) that are
+        ``node_id``'s; returns shard -> new expiry for those renewed."""
+        if not held:
+            return {}
+        params = {"me": node_id, "ttl": ttl, **_pairs(held)}
+        rows = self._run("renew leases in",
+                         lambda conn: conn.execute(_RENEW, params).fetchall())
+        return {int(s): float(x) for s, x in rows}
+
+    def release(self, node_id: str, held: Mapping[int, int]) -> set[int]:
+        """Free the leases of ``held`` (shard -> epoch) still ``node_id``'s; returns them."""
+        if not held:
+            return set()
+        params = {"me": node_id, **_pairs(held)}
+        rows = self._run("release leases in",
+                         lambda conn: conn.execute(_RELEASE, params).fetchall())
+        return {int(s) for (s,) in rows}
+
+
+def _pairs(held: Mapping[int, int]) -> dict[str, list[int]]:
+    shards = sorted(held)
+    return {"shards": shards, "epochs": [held[s] for s in shards]}
+
+
+def _time(value: Any) -> float | None:
+    return None if value is None else float(value)
