@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
 from hermes_actors.model.dsn import mask_dsn, scrub
+from hermes_actors.store.backends.postgres.greenwait import connection_class
 
 __all__ = [
     "APPLICATION_NAME",
@@ -67,10 +68,12 @@ class Server:
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
-    def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection; raises :class:`StoreUnavailableError`."""
+    def connect(self, *, writer: bool = False) -> psycopg.Connection[Any]:
+        """A new autocommit connection (``writer``: the committer's, see
+        :mod:`~.greenwait`); raises :class:`StoreUnavailableError`."""
         try:
-            conn = psycopg.connect(self._dsn, **self._params)
+            cls = connection_class() if writer else psycopg.Connection
+            conn = cls.connect(self._dsn, **self._params)
         except psycopg.Error as exc:
             raise StoreUnavailableError(
                 f"cannot connect to the store database {self.where}: {self.scrub(exc)}"

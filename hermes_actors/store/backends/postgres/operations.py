@@ -6,10 +6,19 @@ committer inside the transaction of a group commit on its one write connection.
 
 Why raw SQL here: the statements are constants, so psycopg prepares each on the server
 after a few uses (``prepare_threshold``) and a turn's ten operations are ten executions of
-prepared statements, one round trip each. Where SQLite runs two statements, one does here
-when PostgreSQL can say it in one (an append and its ``message_count`` bump are one
-statement with a data-modifying CTE; an ``IN`` list is one ``= ANY(array)`` parameter).
+prepared statements. Where SQLite runs two statements, one does here when PostgreSQL can
+say it in one (an append and its ``message_count`` bump are one statement with a
+data-modifying CTE; an ``IN`` list is one ``= ANY(array)`` parameter; a ledger claim is one
+``UPDATE`` whose condition is :func:`~hermes_actors.store.ledger.claim_allowed`).
 Prunes are rare and built with the models (:mod:`~hermes_actors.store.backends.postgres.models`).
+
+The writer runs a transaction's statements in pipeline mode (see ``writer``): a statement is
+sent without waiting for its answer. So a handler does not read its statement's result
+where it runs: it returns a :class:`Later`, which the writer resolves once the pipeline has
+been synced, from the statement's own cursor (a cursor holds the result of its last
+statement only). The few handlers whose next statement depends on a result (an accept with
+an ingress key that was taken, a ledger outcome other than ``delivered``, an append to a
+session never seen) read it at once, which costs the round trip the pipeline saves.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from hermes_actors.store.ops import (
     WithdrawEvent,
 )
 
-__all__ = ["KNOWN_SESSIONS", "PostgresOps"]
+__all__ = ["KNOWN_SESSIONS", "Later", "PostgresOps"]
 
 #: How many session ids with a ``sessions`` row the writer remembers.
 KNOWN_SESSIONS = 100_000
@@ -96,6 +105,7 @@ _ACCEPT_EVENT = (
     "INSERT INTO inbox (event_id, session_key, payload, internal, received_at, ingress_key)"
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
+_ACCEPT_EVENT_RETURNING = _ACCEPT_EVENT + " RETURNING event_id"
 _INGRESS_HOLDER = "SELECT event_id FROM inbox WHERE ingress_key = %s"
 _WITHDRAW_EVENT = "DELETE FROM inbox WHERE event_id = %s AND consumed_at IS NULL"
 _CONSUME_EVENTS = (
@@ -108,15 +118,16 @@ _LEDGER_RECORD = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s, %s, %s)"
     " ON CONFLICT (obligation_id) DO NOTHING"
 )
-_LEDGER_CLAIM_READ = (
-    "SELECT state, owner_node, owner_boot FROM deliveries WHERE obligation_id = %s"
-)
+#: A claim in one statement: the row is moved to ``attempting`` exactly when
+#: ``ledger.claim_allowed`` allows it (a claimable state, and not the claimer's own
+#: attempt); ``tests/store/postgres/test_writes.py`` checks the two agree on every case.
 _LEDGER_CLAIM = (
     "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_node = %s,"
     " owner_boot = %s, updated_at = %s WHERE obligation_id = %s"
+    " AND state = ANY(%s::text[]) AND NOT (state = 'attempting'"
+    " AND owner_node IS NOT DISTINCT FROM %s AND owner_boot IS NOT DISTINCT FROM %s)"
 )
-#: The common claim in one statement (see ``SqliteOps``): a fresh unowned ``pending`` row.
-_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
+_CLAIMABLE = list(ledger.CLAIMABLE_STATES)
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = %s"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s"
@@ -136,6 +147,49 @@ _DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = %s AND name = %s"
 
 def _json(value: Any) -> str | None:
     return None if value is None else to_json(value)
+
+
+class Later:
+    """An operation's result that its statement's cursor holds once the pipeline synced."""
+
+    __slots__ = ("cur", "read")
+
+    def __init__(self, cur: Any, read: Callable[[Any], Any]) -> None:
+        self.cur = cur
+        self.read = read
+
+    def value(self) -> Any:
+        """The result (call after the sync)."""
+        return self.read(self.cur)
+
+
+def _rowcount(cur: Any) -> int:
+    return int(cur.rowcount)
+
+
+def _first_int(cur: Any) -> int:
+    return int(cur.fetchone()[0])
+
+
+def _claimed(cur: Any) -> bool:
+    return cur.rowcount > 0
+
+
+def _finished_delivered(cur: Any) -> str | None:
+    return "delivered" if cur.rowcount else None
+
+
+def _own(cur: Any, sql: str, params: Any) -> Any:
+    """``sql`` on a cursor of its own (its result must survive later statements); in
+    pipeline mode, its ``fetch*`` waits for the result."""
+    own = cur.connection.cursor()
+    own.execute(sql, params)
+    return own
+
+
+def _run(cur: Any, sql: str, params: Any, read: Callable[[Any], Any]) -> Later:
+    """``sql``, its result read by ``read`` once the pipeline synced."""
+    return Later(_own(cur, sql, params), read)
 
 
 class PostgresOps:
@@ -196,15 +250,14 @@ class PostgresOps:
             bool(op.active_turn_internal), bool(op.resume_pending), bool(op.suspended),
             op.updated_at))
 
-    def _set_routing_flags(self, cur: Any, op: SetRoutingFlags) -> int:
-        cur.execute(_SET_ROUTING_FLAGS, (
+    def _set_routing_flags(self, cur: Any, op: SetRoutingFlags) -> Later:
+        return _run(cur, _SET_ROUTING_FLAGS, (
             op.active_turn_token, op.active_turn_started_at, bool(op.active_turn_internal),
-            bool(op.resume_pending), bool(op.suspended), op.updated_at, op.session_key))
-        return cur.rowcount
+            bool(op.resume_pending), bool(op.suspended), op.updated_at, op.session_key),
+            _rowcount)
 
-    def _delete_routing(self, cur: Any, op: DeleteRouting) -> int:
-        cur.execute(_DELETE_ROUTING, (list(op.session_keys),))
-        return cur.rowcount
+    def _delete_routing(self, cur: Any, op: DeleteRouting) -> Later:
+        return _run(cur, _DELETE_ROUTING, (list(op.session_keys),), _rowcount)
 
     def _add_tokens(self, cur: Any, op: AddTokens) -> None:
         if op.last_prompt_tokens is None:
@@ -216,42 +269,40 @@ class PostgresOps:
 
     # -- transcript (hot path) --------------------------------------------------------------
 
-    def _append_message(self, cur: Any, op: AppendMessage) -> int:
+    def _append_message(self, cur: Any, op: AppendMessage) -> Later:
         msg = op.message
         if op.session_id not in self._known and op.session_id not in self._known_in_txn:
             # Old data may route to a session whose row never existed (mirror-only entries).
             cur.execute(_ENSURE_SESSION, (op.session_id, msg["timestamp"]))
             self._known_in_txn.add(op.session_id)
-        cur.execute(_APPEND_MESSAGE, (
+        return _run(cur, _APPEND_MESSAGE, (
             op.session_id, msg["role"], msg["content"], msg.get("tool_name"),
             _json(msg.get("tool_calls")), msg["timestamp"], msg.get("token_count"),
-            op.turn_token, bool(op.is_reply), op.session_id))
-        return int(cur.fetchone()[0])
+            op.turn_token, bool(op.is_reply), op.session_id), _first_int)
 
     # -- inbox ------------------------------------------------------------------------------
 
     def _accept_event(self, cur: Any, op: AcceptEvent) -> str:
-        cur.execute(_ACCEPT_EVENT, (op.event_id, op.session_key, op.payload,
-                                    bool(op.internal), op.received_at, op.ingress_key))
-        if cur.rowcount or op.ingress_key is None:
+        params = (op.event_id, op.session_key, op.payload, bool(op.internal),
+                  op.received_at, op.ingress_key)
+        if op.ingress_key is None:  # the event's id whether or not it was new
+            cur.execute(_ACCEPT_EVENT, params)
             return op.event_id
-        cur.execute(_INGRESS_HOLDER, (op.ingress_key,))
-        holder = cur.fetchone()
+        if _own(cur, _ACCEPT_EVENT_RETURNING, params).fetchone() is not None:
+            return op.event_id
+        holder = _own(cur, _INGRESS_HOLDER, (op.ingress_key,)).fetchone()
         return holder[0] if holder is not None else op.event_id
 
-    def _withdraw_event(self, cur: Any, op: WithdrawEvent) -> int:
-        cur.execute(_WITHDRAW_EVENT, (op.event_id,))
-        return cur.rowcount
+    def _withdraw_event(self, cur: Any, op: WithdrawEvent) -> Later:
+        return _run(cur, _WITHDRAW_EVENT, (op.event_id,), _rowcount)
 
-    def _consume_events(self, cur: Any, op: ConsumeEvents) -> int:
-        cur.execute(_CONSUME_EVENTS, (op.at, op.reason, list(op.event_ids)))
-        return cur.rowcount
+    def _consume_events(self, cur: Any, op: ConsumeEvents) -> Later:
+        return _run(cur, _CONSUME_EVENTS, (op.at, op.reason, list(op.event_ids)), _rowcount)
 
-    def _prune_inbox(self, cur: Any, op: PruneInbox) -> int:
+    def _prune_inbox(self, cur: Any, op: PruneInbox) -> Later:
         i = Inbox
-        cur.execute(*sql_of(i.delete().where(i.consumed_at.is_null(False)
-                                             & (i.consumed_at < op.before))))
-        return cur.rowcount
+        return _run(cur, *sql_of(i.delete().where(i.consumed_at.is_null(False)
+                                                  & (i.consumed_at < op.before))), _rowcount)
 
     # -- delivery ledger --------------------------------------------------------------------
 
@@ -260,28 +311,16 @@ class PostgresOps:
                                      op.chat_id, op.thread_id, op.content, op.kind, op.at,
                                      op.at, op.in_reply_to))
 
-    def _ledger_claim(self, cur: Any, op: LedgerClaim) -> bool:
-        args = (op.owner_node, op.owner_boot, op.at, op.obligation_id)
-        cur.execute(_LEDGER_CLAIM_FRESH, args)
-        if cur.rowcount:
-            return True
-        cur.execute(_LEDGER_CLAIM_READ, (op.obligation_id,))
-        row = cur.fetchone()
-        if row is None:
-            return False
-        state, owner_node, owner_boot = row
-        if not ledger.claim_allowed(state, owner_node, owner_boot,
-                                    claimer_node=op.owner_node, claimer_boot=op.owner_boot):
-            return False
-        cur.execute(_LEDGER_CLAIM, args)
-        return True
+    def _ledger_claim(self, cur: Any, op: LedgerClaim) -> Later:
+        return _run(cur, _LEDGER_CLAIM, (
+            op.owner_node, op.owner_boot, op.at, op.obligation_id, _CLAIMABLE,
+            op.owner_node, op.owner_boot), _claimed)
 
-    def _ledger_finish(self, cur: Any, op: LedgerFinish) -> str | None:
+    def _ledger_finish(self, cur: Any, op: LedgerFinish) -> Later | str | None:
         if op.state == "delivered":  # final whatever the attempts: one statement
-            cur.execute(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id))
-            return "delivered" if cur.rowcount else None
-        cur.execute(_LEDGER_FINISH_READ, (op.obligation_id,))
-        row = cur.fetchone()
+            return _run(cur, _LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id),
+                        _finished_delivered)
+        row = _own(cur, _LEDGER_FINISH_READ, (op.obligation_id,)).fetchone()
         if row is None:
             return None
         attempts, created_at = row
@@ -290,22 +329,20 @@ class PostgresOps:
         cur.execute(_LEDGER_FINISH, (state, op.error, op.at, op.obligation_id))
         return state
 
-    def _ledger_prune(self, cur: Any, op: LedgerPrune) -> int:
+    def _ledger_prune(self, cur: Any, op: LedgerPrune) -> Later:
         d = Delivery
-        cur.execute(*sql_of(d.delete().where(d.state.in_(list(ledger.FINAL_STATES))
-                                             & (d.updated_at < op.before))))
-        return cur.rowcount
+        return _run(cur, *sql_of(d.delete().where(d.state.in_(list(ledger.FINAL_STATES))
+                                                  & (d.updated_at < op.before))), _rowcount)
 
     # -- outbox and node state --------------------------------------------------------------
 
-    def _outbox_append(self, cur: Any, op: OutboxAppend) -> int:
-        cur.execute(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id, op.thread_id,
-                                     op.text, op.kind, op.created_at, op.in_reply_to))
-        return int(cur.fetchone()[0])
+    def _outbox_append(self, cur: Any, op: OutboxAppend) -> Later:
+        return _run(cur, _OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id,
+                                          op.thread_id, op.text, op.kind, op.created_at,
+                                          op.in_reply_to), _first_int)
 
-    def _outbox_prune(self, cur: Any, op: OutboxPrune) -> int:
-        cur.execute(_OUTBOX_PRUNE, (op.before,))
-        return cur.rowcount
+    def _outbox_prune(self, cur: Any, op: OutboxPrune) -> Later:
+        return _run(cur, _OUTBOX_PRUNE, (op.before,), _rowcount)
 
     def _node_value(self, cur: Any, op: NodeValue) -> None:
         if op.value is None:
