@@ -8,9 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import psycopg
 import pytest
 
 from hermes_actors.store import ledger
+from hermes_actors.store.backends.postgres.batch import bind, literal
 from hermes_actors.store.ops import (
     AcceptEvent,
     AppendMessage,
@@ -31,6 +33,54 @@ CLAIMER = ("n1", "b1")
 
 def _record(oid: str = OID) -> LedgerRecord:
     return LedgerRecord(oid, "k", "telegram", "1", None, "hello", "reply", T0)
+
+
+VALUES = [
+    "", "plain", "it's", "''", "back\\slash", "\\'", "line\nbreak\ttab", "émoji 🎉 中文",
+    "%s %% %(x)s", "E'x'", "$$dollar$$", "-- comment", "/* c */", ";", "\u2028",
+    0, 1, -1, 2**62, -(2**62), 1.5, -1.5, 1e-5, -2.5e300, 1700000000.123456, 0.1 + 0.2,
+    float("inf"), float("-inf"), True, False, None,
+]
+ARRAYS = [[], ["a"], ["it's", "x,y", "{brace}", '"quote"', "\\", ""], ("t", "u")]
+
+
+class TestLiterals:
+    """What the writer binds into a statement's text reads back on the server as exactly the
+    value psycopg would have sent as a parameter."""
+
+    def test_every_kind_of_value(self, pg):
+        for value in VALUES:
+            text = literal(value).replace("%", "%%")  # the test's own query has a parameter
+            cast = "float8" if isinstance(value, float) else \
+                "bigint" if isinstance(value, int) and not isinstance(value, bool) else \
+                "boolean" if isinstance(value, bool) else "text"
+            (row,) = pg.sql(f"SELECT ({text})::{cast}, %s::{cast}", (value,))
+            assert row[0] == row[1] and type(row[0]) is type(row[1]), (value, text, row)
+        (row,) = pg.sql(f"SELECT ({literal(float('nan'))})::float8 = 'NaN'::float8")
+        assert row == (True,)
+
+    def test_arrays(self, pg):
+        for value in ARRAYS:
+            text = literal(value).replace("%", "%%")
+            (row,) = pg.sql(f"SELECT {text}::text[], %s::text[]", (list(value),))
+            assert row[0] == row[1] == list(value), value
+
+    def test_nul_is_refused_and_other_types_are_left_to_psycopg(self):
+        with pytest.raises(psycopg.DataError):
+            literal("a\x00b")
+        assert bind("SELECT %s", (b"bytes",)) is None
+        assert bind("SELECT %(x)s", ()) is None
+        assert bind("SELECT %s, %s", ("it's", None)) == "SELECT 'it''s', NULL"
+
+    def test_a_statement_with_every_kind_is_stored_as_given(self, pg):
+        content = "it's \\ a 'test' 🎉 %s"
+        pg.apply([CreateSession("s1", "k", {"q": "it's"}, -1.5, None),
+                  AppendMessage("s1", {"role": "user", "content": content, "timestamp": 1e-5,
+                                       "token_count": -3}, "t'1", True)])
+        (row,) = pg.sql("SELECT content, timestamp, token_count, turn_token, is_reply"
+                        " FROM messages")
+        assert row == (content, 1e-5, -3, "t'1", True)
+        assert pg.session_row("s1")["source"] == {"q": "it's"}
 
 
 class TestClaimInOneStatement:

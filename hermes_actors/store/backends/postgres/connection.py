@@ -68,6 +68,12 @@ class Server:
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
+    @staticmethod
+    def _configure_writer(conn: psycopg.Connection[Any]) -> None:
+        # the writer binds values into its statements' text (see ``batch``): its quoting
+        # is that of standard-conforming strings, whatever the server's default
+        conn.execute("SET standard_conforming_strings = on")
+
     def connect(self, *, writer: bool = False) -> psycopg.Connection[Any]:
         """A new autocommit connection (``writer``: the committer's, see
         :mod:`~.greenwait`); raises :class:`StoreUnavailableError`."""
@@ -80,6 +86,8 @@ class Server:
             ) from None
         try:
             self._configure(conn)
+            if writer:
+                self._configure_writer(conn)
         except psycopg.Error as exc:
             conn.close()
             raise StoreUnavailableError(
