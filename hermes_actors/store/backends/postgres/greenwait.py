@@ -2,19 +2,20 @@
 
 Under gevent psycopg waits cooperatively: every time libpq wants the socket readable or
 writable, psycopg polls it through gevent's patched ``select.poll``, i.e. the waiting
-greenlet goes to the hub and comes back when the hub's loop gets to it. In pipeline mode
-(see ``writer``) psycopg does this at least once per statement, although the socket is
-almost always writable at once, so the committer queued behind every other ready greenlet
-once per statement: with a busy hub, a transaction of a few hundred statements took tens of
-milliseconds, and the committer, not the hub or the server, bounded throughput (measured:
-~290 µs a statement, the wall time of a turn's ten statements).
+greenlet goes to the hub and comes back when the hub's loop gets to it, after every other
+greenlet that was ready. The committer is one serial chain (a transaction's statements
+out, its answers in, ``COMMIT`` out and in), and a wait on a socket that is already ready
+(writable for a send, readable once the server has answered) only added a trip round the
+hub to that chain. Measured when the writer still sent a statement at a time: ~290 µs a
+statement, the committer the bound on throughput; later, with a group's statements sent
+as one query (``batch``), p99 at 700 and 900 msg/s was 135 and 103 ms with psycopg's own
+connection against 36 and 46 ms with this one.
 
 This connection asks the operating system first, without blocking (the original, unpatched
 ``poll`` with a zero timeout); only when the socket is not ready yet (the server has not
-answered) does it wait the usual way, on the hub. So a pipelined transaction is sent in one
-go and waits once for its answers. Every :data:`YIELD_EVERY` ready answers it also passes
-through the hub (a cooperative wait on a ready socket returns at once), so that a very large
-transaction cannot keep the other greenlets off the hub for long.
+answered) does it wait the usual way, on the hub. Every :data:`YIELD_EVERY` ready answers
+in a row it also passes through the hub (a cooperative wait on a ready socket returns at
+once), so that a long exchange cannot keep the other greenlets off the hub.
 
 Without gevent there is nothing to gain (psycopg waits in C): :func:`connection_class`
 gives psycopg's own ``Connection`` there.
