@@ -7,6 +7,12 @@ runs never compete for the two cores, reads each child's JSON, aggregates the fi
 stderr. A child per run (not per scenario) also gives every run a fresh heap, which the
 memory figures need.
 
+The ``-pg`` scenarios run on PostgreSQL. When one is selected (as it is by default), the
+parent starts the run's server before the first scenario and stops it after the last,
+whatever happened (:mod:`benchmarks.pgserver`): the one ``--dsn`` or
+``HERMES_TEST_POSTGRES_DSN`` names, else an embedded throw-away server whose data lives under
+``--workdir``. Each child run takes a fresh database (schema) of its own on it.
+
 Exit status: 0 when every run completed (targets missed or not: CI runs ``--quick`` as a
 smoke test and asserts no thresholds), 1 when a run failed (an invariant broke, e.g. FIFO
 order, or a child crashed or timed out), 2 for usage errors. ``--check`` also turns a
@@ -49,7 +55,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="small sizes, one run each: the whole set in under a minute")
     p.add_argument("--repeat", type=int, default=None,
                    help="runs per scenario (default: 3, or 1 with --quick)")
-    p.add_argument("--workdir", metavar="DIR", help="where fixtures are built (default: $TMPDIR)")
+    p.add_argument("--workdir", metavar="DIR",
+                   help="where fixtures are built and the embedded PostgreSQL server keeps "
+                   "its data (default: $TMPDIR)")
+    p.add_argument("--dsn", metavar="DSN",
+                   help="the PostgreSQL server of the -pg scenarios (a role that may create "
+                   "schemas; default: $HERMES_TEST_POSTGRES_DSN, else an embedded server "
+                   "started for this run and stopped at its end)")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -62,8 +74,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     )
@@ -79,7 +91,7 @@ def _stderr_fd() -> int | None:
 
 
 def _run_child(name: str, label: str, quick: bool, timeout: float,
-               workdir: str | None) -> dict[str, Any]:
+               workdir: str | None, env: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hermes-bench-out-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "benchmarks._child", name, str(out), "--label", label]
@@ -88,7 +100,8 @@ def _run_child(name: str, label: str, quick: bool, timeout: float,
         if workdir:
             cmd += ["--workdir", workdir]
         try:
-            proc = subprocess.run(cmd, env=_child_env(), timeout=timeout, stdout=_stderr_fd())
+            proc = subprocess.run(cmd, env=_child_env(env), timeout=timeout,
+                                  stdout=_stderr_fd())
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:.0f} s"}
         if out.exists():
@@ -100,15 +113,17 @@ def _run_child(name: str, label: str, quick: bool, timeout: float,
         return result
 
 
-def _run_scenario(name: str, args: argparse.Namespace, repeat: int) -> dict[str, Any]:
+def _run_scenario(name: str, args: argparse.Namespace, repeat: int,
+                  server: _Server) -> dict[str, Any]:
     spec = next(s for s in SCENARIOS if s.name == name)
     timeout = spec.timeout / 4 if args.quick else spec.timeout
     runs: list[dict[str, Any]] = []
-    error = None
-    for i in range(repeat):
+    error = server.error if spec.postgres else None
+    env = server.env if spec.postgres else {}
+    for i in range(0 if error else repeat):
         label = f"{name} {i + 1}/{repeat}"
         print(f"[{label}] starting", file=sys.stderr, flush=True)
-        result = _run_child(name, label, args.quick, timeout, args.workdir)
+        result = _run_child(name, label, args.quick, timeout, args.workdir, env)
         if "error" in result:
             error = result["error"]
             print(f"[{label}] FAILED: {error}", file=sys.stderr, flush=True)
@@ -123,6 +138,39 @@ def _run_scenario(name: str, args: argparse.Namespace, repeat: int) -> dict[str,
         "figures": figures,
         "runs": runs,
     }
+
+
+class _Server:
+    """The run's PostgreSQL server, started when a selected scenario needs one."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.error: str | None = None
+        self.env: dict[str, str] = {}
+        self.info: dict[str, Any] | None = None
+
+    def start(self, dsn: str | None, workdir: str | None) -> None:
+        from benchmarks import pgserver
+
+        print("[postgres] starting the server", file=sys.stderr, flush=True)
+        try:
+            self.handle = pgserver.start_server(dsn, workdir)
+            embedded = self.handle.pid is not None
+            self.info = pgserver.describe_server(self.handle.admin_dsn, embedded=embedded)
+        except Exception as exc:  # noqa: BLE001 - the -pg scenarios fail, the others run
+            self.error = f"no PostgreSQL server: {type(exc).__name__}: {exc}"
+            print(f"[postgres] {self.error}", file=sys.stderr, flush=True)
+            self.stop()
+            return
+        self.info["pid"] = self.handle.pid
+        self.env = {pgserver.ADMIN_DSN_ENV: self.handle.admin_dsn}
+        print(f"postgres: {pgserver.server_line(self.info)}", flush=True)
+
+    def stop(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.stop()
+            print("[postgres] server stopped", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,15 +197,23 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": repeat,
         "scenarios": {},
     }
-    for name in names:
-        result = _run_scenario(name, args, repeat)
-        report["scenarios"][name] = result
-        title = f"{name}: {result['summary']}"
-        if result["figures"]:
-            print(render_table(title, result["figures"], markdown=args.markdown))
-        if not result["ok"]:
-            print(f"{name}: FAILED: {result['error']}")
-        print(flush=True)
+    server = _Server()
+    try:
+        if any(s.postgres for s in SCENARIOS if s.name in names):
+            server.start(args.dsn, args.workdir)
+            report["postgres"] = server.info
+            print(flush=True)
+        for name in names:
+            result = _run_scenario(name, args, repeat, server)
+            report["scenarios"][name] = result
+            title = f"{name}: {result['summary']}"
+            if result["figures"]:
+                print(render_table(title, result["figures"], markdown=args.markdown))
+            if not result["ok"]:
+                print(f"{name}: FAILED: {result['error']}")
+            print(flush=True)
+    finally:
+        server.stop()
     report["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

@@ -1,6 +1,7 @@
-"""A gateway process for the recovery scenario: ``python -m benchmarks._ready HOME``.
+"""A gateway process for the recovery scenarios: ``python -m benchmarks._ready HOME [DSN]``.
 
 Patches gevent first (as the standalone process does), starts a ``Gateway`` on ``HOME``
+(its store on the PostgreSQL database ``DSN`` names, when given, else SQLite in ``HOME``)
 with an in-memory Telegram adapter and the echo agent, and prints one JSON line the moment
 ``start()`` returns (ready: recovery, ledger sweep and auto-continue dispatch done). The
 benchmark kills it right after; nothing is stopped cleanly on purpose.
@@ -24,7 +25,8 @@ def main() -> None:
     from hermes_actors import EchoAgent, Gateway, InMemoryAdapter, load_config
 
     imported = time.perf_counter()
-    gw = Gateway(sys.argv[1], config=load_config({}, env={}),
+    store = {"store": {"backend": "postgres", "dsn": sys.argv[2]}} if len(sys.argv) > 2 else {}
+    gw = Gateway(sys.argv[1], config=load_config(store, env={}),
                  agent_factory=lambda _ctx: EchoAgent(), adapters=[InMemoryAdapter("telegram")])
     report = gw.start()
     ready = time.perf_counter()

@@ -16,6 +16,8 @@ class Scenario(NamedTuple):
     summary: str
     #: Seconds after which a child run is killed (full mode; quick mode uses a quarter).
     timeout: float
+    #: Whether it needs the run's PostgreSQL server (``benchmarks.pgserver``).
+    postgres: bool = False
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -27,4 +29,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("routing-scale", "cost of one routing change at 1k / 10k / 100k sessions", 600),
     Scenario("memory", "agents with large transcripts churning under a memory budget", 600),
     Scenario("actors", "10,000 live sessions: memory per idle session, start cost", 300),
+    Scenario("throughput-pg", "throughput on the PostgreSQL backend, vs raw psycopg", 900,
+             postgres=True),
+    Scenario("latency-pg", "latency on the PostgreSQL backend, vs raw pykka ask", 300,
+             postgres=True),
+    Scenario("recovery-pg", "recovery on the PostgreSQL backend: start -> ready, vs raw read",
+             600, postgres=True),
 )

@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Fixture", "build_state_db", "dm_key", "dm_source", "open_raw"]
+__all__ = ["FIXTURE_COLUMNS", "Fixture", "FixtureRows", "build_state_db", "dm_key", "dm_source",
+           "fixture_rows", "open_raw"]
 
 _T0 = 1_700_000_000.0
 
@@ -71,17 +72,29 @@ def _template(now: float) -> dict[str, Any]:
     return data
 
 
-def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int = 0,
-                   now: float | None = None) -> Fixture:
-    """Write ``<home>/state.db`` with ``sessions`` DM sessions; the first ``markers`` have a
-    fresh turn marker and a persisted user message, the first ``replied`` of those also a
-    persisted final reply."""
-    from hermes_actors.store import SessionDB
+class FixtureRows(NamedTuple):
+    """The rows of a fixture, in the column order of :data:`FIXTURE_COLUMNS`."""
 
+    sessions: list[tuple[Any, ...]]
+    routing: list[tuple[Any, ...]]
+    messages: list[tuple[Any, ...]]
+
+
+#: The columns each table of :class:`FixtureRows` fills.
+FIXTURE_COLUMNS = {
+    "sessions": ("id", "session_key", "source", "started_at", "message_count"),
+    "routing": ("session_key", "entry", "updated_at", "active_turn_token",
+                "active_turn_started_at"),
+    "messages": ("session_id", "role", "content", "timestamp", "turn_token", "is_reply"),
+}
+
+
+def fixture_rows(sessions: int, *, markers: int = 0, replied: int = 0,
+                 now: float | None = None) -> FixtureRows:
+    """``sessions`` DM sessions; the first ``markers`` have a fresh turn marker and a
+    persisted user message, the first ``replied`` of those also a persisted final reply
+    (``is_reply`` as 0/1)."""
     now = _T0 if now is None else now
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "state.db"
-    SessionDB(path).close()
     template = _template(now)
     sessions_rows, routing_rows, message_rows = [], [], []
     for n in range(sessions):
@@ -104,18 +117,29 @@ def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int 
         sessions_rows.append((sid, key, json.dumps(entry["origin"]), now - 3600.0, count))
         routing_rows.append((key, json.dumps(entry, ensure_ascii=False), now - 3600.0, token,
                              started))
+    return FixtureRows(sessions_rows, routing_rows, message_rows)
+
+
+def _insert(table: str) -> str:
+    columns = FIXTURE_COLUMNS[table]
+    return (f"INSERT INTO {table} ({', '.join(columns)})"
+            f" VALUES ({', '.join('?' * len(columns))})")
+
+
+def build_state_db(home: Path, sessions: int, *, markers: int = 0, replied: int = 0,
+                   now: float | None = None) -> Fixture:
+    """Write ``<home>/state.db`` with the rows of :func:`fixture_rows`."""
+    from hermes_actors.store import SessionDB
+
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "state.db"
+    SessionDB(path).close()
+    rows = fixture_rows(sessions, markers=markers, replied=replied, now=now)
     conn = open_raw(path, synchronous="OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            "INSERT INTO sessions (id, session_key, source, started_at, message_count)"
-            " VALUES (?, ?, ?, ?, ?)", sessions_rows)
-        conn.executemany(
-            "INSERT INTO routing (session_key, entry, updated_at, active_turn_token,"
-            " active_turn_started_at) VALUES (?, ?, ?, ?, ?)", routing_rows)
-        conn.executemany(
-            "INSERT INTO messages (session_id, role, content, timestamp, turn_token, is_reply)"
-            " VALUES (?, ?, ?, ?, ?, ?)", message_rows)
+        for table, table_rows in zip(FIXTURE_COLUMNS, rows, strict=True):
+            conn.executemany(_insert(table), table_rows)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

@@ -26,11 +26,12 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.fixtures import dm_key, dm_source, open_raw
 
-__all__ = ["raw_turn_bound", "reference_change", "reference_turns"]
+__all__ = ["PreparedTurns", "prepare_turns", "raw_turn_bound", "reference_change",
+           "reference_turns"]
 
 _SQL = {
     "session": "INSERT INTO sessions (id, session_key, source, started_at) VALUES (?, ?, ?, ?)",
@@ -79,14 +80,24 @@ def _entries(sessions: int, now: float, texts: bool = True) -> tuple[list[Any], 
     return objects, stored
 
 
-def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 1000) -> float:
-    """Turns per second of the raw bound (module doc) for ``sessions`` x ``messages``."""
-    from hermes_actors import MessageEvent
-    from hermes_actors.store import SessionDB
+class PreparedTurns(NamedTuple):
+    """The payloads of ``sessions`` x ``messages`` turns, serialised before any clock runs."""
 
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "state.db"
-    SessionDB(path).close()
+    #: The time every row is stamped with.
+    now: float
+    #: Per session: its id.
+    session_ids: list[str]
+    #: Per session: its stored routing entry text.
+    entries: list[str]
+    #: Per round (message number): per session ``(n, event_id, payload, token,
+    #: obligation_id, text)``.
+    rounds: list[list[tuple[int, str, str, str, str, str]]]
+
+
+def prepare_turns(sessions: int, messages: int) -> PreparedTurns:
+    """The rows' payloads of the raw bounds (SQLite's here, PostgreSQL's in ``rawpg``)."""
+    from hermes_actors import MessageEvent
+
     now = time.time()
     objects, stored = _entries(sessions, now)
     sources = [dm_source(n) for n in range(sessions)]
@@ -99,6 +110,17 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
             token, oid = uuid.uuid4().hex, uuid.uuid4().hex[:24]
             turns.append((n, event.event_id, payload, token, oid, event.text))
         rounds.append(turns)
+    return PreparedTurns(now, [e.session_id for e in objects], stored, rounds)
+
+
+def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 1000) -> float:
+    """Turns per second of the raw bound (module doc) for ``sessions`` x ``messages``."""
+    from hermes_actors.store import SessionDB
+
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "state.db"
+    SessionDB(path).close()
+    now, sids, stored, rounds = prepare_turns(sessions, messages)
     conn = open_raw(path)
     started = time.perf_counter()
     for m, turns in enumerate(rounds):
@@ -107,7 +129,7 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
             conn.execute("BEGIN IMMEDIATE")
             if m == 0:
                 conn.executemany(_SQL["session"], [
-                    (objects[n].session_id, dm_key(n), "{}", now) for n, *_ in chunk])
+                    (sids[n], dm_key(n), "{}", now) for n, *_ in chunk])
                 conn.executemany(_SQL["routing"], [(dm_key(n), stored[n], now)
                                                    for n, *_ in chunk])
             conn.executemany(_SQL["inbox"], [(e, dm_key(n), p, now)
@@ -115,14 +137,14 @@ def raw_turn_bound(home: Path, sessions: int, messages: int, *, batch: int = 100
             conn.executemany(_SQL["flags"], [(tok, now, now, dm_key(n))
                                              for n, _e, _p, tok, *_ in chunk])
             conn.executemany(_SQL["message"], [
-                (objects[n].session_id, "user", text, now, tok, 0)
+                (sids[n], "user", text, now, tok, 0)
                 for n, _e, _p, tok, _o, text in chunk])
-            conn.executemany(_SQL["count"], [(objects[n].session_id,) for n, *_ in chunk])
+            conn.executemany(_SQL["count"], [(sids[n],) for n, *_ in chunk])
             conn.executemany(_SQL["consume"], [(now, e) for _n, e, *_ in chunk])
             conn.executemany(_SQL["message"], [
-                (objects[n].session_id, "assistant", "echo: " + text, now, tok, 1)
+                (sids[n], "assistant", "echo: " + text, now, tok, 1)
                 for n, _e, _p, tok, _o, text in chunk])
-            conn.executemany(_SQL["count"], [(objects[n].session_id,) for n, *_ in chunk])
+            conn.executemany(_SQL["count"], [(sids[n],) for n, *_ in chunk])
             conn.executemany(_SQL["ledger"], [
                 (o, dm_key(n), str(n), "echo: " + text, now, now)
                 for n, _e, _p, _t, o, text in chunk])

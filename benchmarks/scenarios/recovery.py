@@ -35,7 +35,7 @@ from benchmarks.fixtures import build_state_db
 from benchmarks.report import Target, figure
 from benchmarks.util import Progress, scratch_dir
 
-__all__ = ["run"]
+__all__ = ["bytecode_env", "run", "spawn_until_line"]
 
 #: ``(sessions, markers)``.
 FULL = (100_000, 1_000)
@@ -55,7 +55,7 @@ print(len(routing), len(turns), len(inbox), len(ledger), flush=True)
 """
 
 
-def _bytecode_env() -> dict[str, str]:
+def bytecode_env() -> dict[str, str]:
     """The children's environment, bytecode caches allowed and ``hermes_actors`` and
     ``benchmarks`` already compiled (see the module doc)."""
     env = dict(os.environ)
@@ -67,12 +67,13 @@ def _bytecode_env() -> dict[str, str]:
     return env
 
 
-def _spawn_until_line(cmd: list[str], env: dict[str, str],
+def spawn_until_line(cmd: list[str], env: dict[str, str],
                       timeout: float = 300.0) -> tuple[float, str]:
     """Seconds from spawning ``cmd`` to its first stdout line, and that line."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env=env)
+    assert proc.stdout is not None
     try:
         line = proc.stdout.readline()
         elapsed = time.perf_counter() - started
@@ -92,16 +93,16 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
         progress.update(f"fixture: {sessions:,} sessions, {markers:,} markers", force=True)
         fixture = build_state_db(home, sessions, markers=markers, replied=markers // 2,
                                  now=time.time())
-        env = _bytecode_env()
+        env = bytecode_env()
         progress.update("raw sqlite3 read", force=True)
-        raw = [_spawn_until_line([sys.executable, "-c", RAW_READ, str(fixture.path)], env)
+        raw = [spawn_until_line([sys.executable, "-c", RAW_READ, str(fixture.path)], env)
                for _ in range(3)]
         raw_s = statistics.median(t for t, _ in raw)
         expected = f"{sessions} {markers + markers // 2} 0 0"
         if raw[0][1] != expected:
             raise RuntimeError(f"the fixture reads as {raw[0][1]!r}, not {expected!r}")
         progress.update("gateway start", force=True)
-        ready_s, line = _spawn_until_line([sys.executable, "-m", "benchmarks._ready",
+        ready_s, line = spawn_until_line([sys.executable, "-m", "benchmarks._ready",
                                            str(home)], env)
     detail = json.loads(line)
     report = detail["report"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -31,30 +32,40 @@ from benchmarks.rawsql import raw_turn_bound, reference_turns
 from benchmarks.report import Target, figure
 from benchmarks.util import Progress, RecordingAdapter, closed_loop, make_gateway, scratch_dir
 
-__all__ = ["run"]
+__all__ = ["run", "runtime_turns"]
 
 #: ``(sessions, messages per session)``: the small and the large size.
 FULL = ((1_000, 5), (10_000, 3))
 QUICK = ((200, 3), (1_000, 2))
 
 
-def _runtime(home, sessions: int, messages: int, progress: Progress) -> dict[str, Any]:
+def runtime_turns(home, sessions: int, messages: int, progress: Progress, *,
+                  store: dict[str, Any] | None = None,
+                  server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+    """``sessions`` x ``messages`` closed-loop turns through a gateway on ``home`` (with the
+    ``store`` configuration, default SQLite), checked for durability afterwards; turns/s,
+    the writer's grouping, and the CPU per turn of this process, its children and (with
+    ``server_cpu``, a reading of a database server's CPU seconds) the server."""
     from hermes_actors import EchoAgent
 
     adapter = RecordingAdapter("telegram")
-    gw = make_gateway(home, adapters=[adapter], agent_factory=lambda _ctx: EchoAgent())
+    config = {"store": store} if store else {}
+    gw = make_gateway(home, adapters=[adapter], agent_factory=lambda _ctx: EchoAgent(),
+                      **config)
     sources = [dm_source(n) for n in range(sessions)]
     try:
         cpu_before = _cpu_seconds()
+        server_before = server_cpu() if server_cpu else 0.0
         elapsed, notices = closed_loop(gw, adapter, sources, messages, progress=progress)
         if not gw.wait_idle(60):
             raise RuntimeError("the gateway did not become idle after the last reply")
         # (after the deferred writes too: they are part of the turns' cost)
         own, children = (after - before
                          for after, before in zip(_cpu_seconds(), cpu_before, strict=True))
+        server = server_cpu() - server_before if server_cpu else 0.0
         counts = gw.store.db.counts()
         pending = gw.store.pending_inbox()
-        writer = gw.store.db.statistics()
+        grouping = _grouping(gw.store.db.statistics())
     finally:
         gw.stop(drain_timeout=10)
     turns = sessions * messages
@@ -64,11 +75,22 @@ def _runtime(home, sessions: int, messages: int, progress: Progress) -> dict[str
             f"{counts['pending_deliveries']} undelivered obligations, "
             f"{len(pending)} unconsumed inbox events"
         )
+    cpu = {"gateway": own / turns * 1e6, "children": children / turns * 1e6}
+    if server_cpu:
+        cpu["server"] = server / turns * 1e6
     return {"turns": turns, "seconds": elapsed, "turns_per_s": turns / elapsed,
-            "notices": notices, "transactions": writer.group_calls,
-            "lists_per_transaction": writer.grouped / max(1, writer.group_calls),
-            "calls_per_handoff": writer.calls / max(1, writer.batches),
-            "cpu_us_per_turn": {"gateway": own / turns * 1e6, "children": children / turns * 1e6}}
+            "notices": notices, **grouping, "cpu_us_per_turn": cpu}
+
+
+def _grouping(stats: Any) -> dict[str, float]:
+    """How the backend's writer grouped the turns' writes (the two backends' records)."""
+    if hasattr(stats, "group_calls"):  # SQLite's writer
+        return {"transactions": stats.group_calls,
+                "lists_per_transaction": stats.grouped / max(1, stats.group_calls),
+                "calls_per_handoff": stats.calls / max(1, stats.batches)}
+    return {"transactions": stats.transactions,
+            "lists_per_transaction": stats.lists / max(1, stats.transactions),
+            "largest_group": stats.largest_group}
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -107,7 +129,7 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
     for size, (sessions, messages) in (("small", small), ("large", large)):
         with scratch_dir(workdir, f"tp{sessions}") as base:
             progress.update(f"{sessions:,} sessions: runtime", force=True)
-            rt = _runtime(base / "runtime", sessions, messages, progress)
+            rt = runtime_turns(base / "runtime", sessions, messages, progress)
             progress.update(f"{sessions:,} sessions: raw sqlite3 bound", force=True)
             bound = raw_turn_bound(base / "raw", sessions, messages)
             progress.update(f"{sessions:,} sessions: reference pattern", force=True)

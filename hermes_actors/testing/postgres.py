@@ -124,20 +124,23 @@ def _embedded(directory: Path) -> TestServer:
     return TestServer(server.get_uri(), server.cleanup, pid=server.get_pid(), embedded=server)
 
 
-def start_test_server(env: dict[str, str] | None = None) -> TestServer:
+def start_test_server(env: dict[str, str] | None = None, *,
+                      base_dir: str | Path | None = None) -> TestServer:
     """The server named by ``HERMES_TEST_POSTGRES_DSN``, else a new embedded one in a
-    temporary directory (removed by :meth:`TestServer.stop`)."""
+    temporary directory under ``base_dir`` (default: the system's; removed by
+    :meth:`TestServer.stop`)."""
     env = dict(os.environ) if env is None else env
     dsn = env.get(TEST_DSN_ENV)
     if dsn:
         return TestServer(dsn)
-    return start_embedded_server()
+    return start_embedded_server(base_dir)
 
 
-def start_embedded_server() -> TestServer:
-    """A new embedded server in a temporary directory (removed by :meth:`TestServer.stop`),
-    whatever ``HERMES_TEST_POSTGRES_DSN`` says: one a test may pause."""
-    directory = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
+def start_embedded_server(base_dir: str | Path | None = None) -> TestServer:
+    """A new embedded server in a temporary directory under ``base_dir`` (removed by
+    :meth:`TestServer.stop`), whatever ``HERMES_TEST_POSTGRES_DSN`` says: one a test may
+    pause."""
+    directory = Path(tempfile.mkdtemp(prefix="hermes-pg-", dir=base_dir))
     try:
         server = _embedded(directory)
     except BaseException:

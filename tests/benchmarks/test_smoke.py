@@ -1,7 +1,8 @@
 """The benchmark harness runs end to end (``--quick``) and reports every scenario as numbers.
 
 No timing is asserted here (SPEC §14): only that each scenario ran in its gevent child,
-and that its figures are numbers a reader and the JSON consumer can use.
+and that its figures are numbers a reader and the JSON consumer can use. The scenarios on
+SQLite run here; those on PostgreSQL (they need a server) in ``test_smoke_pg``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.catalog import SCENARIOS
+from benchmarks.catalog import SCENARIOS as ALL_SCENARIOS
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = [s for s in ALL_SCENARIOS if not s.postgres]
 
 
 def _number(x: object) -> bool:
@@ -31,7 +33,7 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out),
-         "--workdir", str(out.parent)],
+         "--workdir", str(out.parent), *(s.name for s in SCENARIOS)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -45,6 +47,7 @@ class TestQuickRun:
         data, _ = report
         assert data["quick"] is True and data["mode"] == "gevent"
         assert list(data["scenarios"]) == [s.name for s in SCENARIOS]
+        assert "postgres" not in data  # no server started when no scenario needs one
         for name, result in data["scenarios"].items():
             assert result["ok"], f"{name}: {result['error']}"
             assert result["figures"], name

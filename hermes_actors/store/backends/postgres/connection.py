@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
 from hermes_actors.model.dsn import mask_dsn, scrub
+from hermes_actors.store.backends.postgres.greenwait import connection_class
 
 __all__ = [
     "APPLICATION_NAME",
@@ -67,16 +68,26 @@ class Server:
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
-    def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection; raises :class:`StoreUnavailableError`."""
+    @staticmethod
+    def _configure_writer(conn: psycopg.Connection[Any]) -> None:
+        # the writer binds values into its statements' text (see ``batch``): its quoting
+        # is that of standard-conforming strings, whatever the server's default
+        conn.execute("SET standard_conforming_strings = on")
+
+    def connect(self, *, writer: bool = False) -> psycopg.Connection[Any]:
+        """A new autocommit connection (``writer``: the committer's, see
+        :mod:`~.greenwait`); raises :class:`StoreUnavailableError`."""
         try:
-            conn = psycopg.connect(self._dsn, **self._params)
+            cls = connection_class() if writer else psycopg.Connection
+            conn = cls.connect(self._dsn, **self._params)
         except psycopg.Error as exc:
             raise StoreUnavailableError(
                 f"cannot connect to the store database {self.where}: {self.scrub(exc)}"
             ) from None
         try:
             self._configure(conn)
+            if writer:
+                self._configure_writer(conn)
         except psycopg.Error as exc:
             conn.close()
             raise StoreUnavailableError(

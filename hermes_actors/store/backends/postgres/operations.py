@@ -4,12 +4,19 @@ One small handler per operation, with the results and rules of
 :class:`~hermes_actors.store.backends.sqlite.operations.SqliteOps`, run by the backend's
 committer inside the transaction of a group commit on its one write connection.
 
-Why raw SQL here: the statements are constants, so psycopg prepares each on the server
-after a few uses (``prepare_threshold``) and a turn's ten operations are ten executions of
-prepared statements, one round trip each. Where SQLite runs two statements, one does here
-when PostgreSQL can say it in one (an append and its ``message_count`` bump are one
-statement with a data-modifying CTE; an ``IN`` list is one ``= ANY(array)`` parameter).
+Why raw SQL here: the statements are constants, a turn's ten operations are ten
+statements, and the handlers do not pay for a query builder. Where SQLite runs two
+statements, one does here when PostgreSQL can say it in one (an append and its ``message_count`` bump are one statement with a
+data-modifying CTE; an ``IN`` list is one ``= ANY(array)`` parameter; a ledger claim is one
+``UPDATE`` whose condition is :func:`~hermes_actors.store.ledger.claim_allowed`).
 Prunes are rare and built with the models (:mod:`~hermes_actors.store.backends.postgres.models`).
+
+A handler adds its statements to the transaction's :class:`~.batch.Batch`, which sends
+them all at once: it does not read its statement's result where it runs, but returns a
+:class:`~.batch.Later`, resolved by the writer once the batch has been sent. The few
+handlers whose next statement depends on a result (an accept with an ingress key that was
+taken, a ledger outcome other than ``delivered``) ask for it at once (``Batch.now``: one
+round trip more).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from cachetools import LRUCache
 from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
+from hermes_actors.store.backends.postgres.batch import Batch, Later, Result
 from hermes_actors.store.backends.postgres.models import Delivery, Inbox, sql_of
 from hermes_actors.store.ops import (
     AcceptEvent,
@@ -96,6 +104,7 @@ _ACCEPT_EVENT = (
     "INSERT INTO inbox (event_id, session_key, payload, internal, received_at, ingress_key)"
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
+_ACCEPT_EVENT_RETURNING = _ACCEPT_EVENT + " RETURNING event_id"
 _INGRESS_HOLDER = "SELECT event_id FROM inbox WHERE ingress_key = %s"
 _WITHDRAW_EVENT = "DELETE FROM inbox WHERE event_id = %s AND consumed_at IS NULL"
 _CONSUME_EVENTS = (
@@ -108,15 +117,16 @@ _LEDGER_RECORD = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s, %s, %s)"
     " ON CONFLICT (obligation_id) DO NOTHING"
 )
-_LEDGER_CLAIM_READ = (
-    "SELECT state, owner_node, owner_boot FROM deliveries WHERE obligation_id = %s"
-)
+#: A claim in one statement: the row is moved to ``attempting`` exactly when
+#: ``ledger.claim_allowed`` allows it (a claimable state, and not the claimer's own
+#: attempt); ``tests/store/postgres/test_writes.py`` checks the two agree on every case.
 _LEDGER_CLAIM = (
     "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_node = %s,"
     " owner_boot = %s, updated_at = %s WHERE obligation_id = %s"
+    " AND state = ANY(%s::text[]) AND NOT (state = 'attempting'"
+    " AND owner_node IS NOT DISTINCT FROM %s AND owner_boot IS NOT DISTINCT FROM %s)"
 )
-#: The common claim in one statement (see ``SqliteOps``): a fresh unowned ``pending`` row.
-_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
+_CLAIMABLE = list(ledger.CLAIMABLE_STATES)
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = %s"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s"
@@ -136,6 +146,26 @@ _DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = %s AND name = %s"
 
 def _json(value: Any) -> str | None:
     return None if value is None else to_json(value)
+
+
+def _rowcount(result: Result) -> int:
+    return result.rowcount
+
+
+def _first_int(result: Result) -> int:
+    return int(result.rows[0][0])
+
+
+def _claimed(result: Result) -> bool:
+    return result.rowcount > 0
+
+
+def _finished_delivered(result: Result) -> str | None:
+    return "delivered" if result.rowcount else None
+
+
+def _first_row(result: Result) -> tuple[Any, ...] | None:
+    return result.rows[0] if result.rows else None
 
 
 class PostgresOps:
@@ -167,12 +197,13 @@ class PostgresOps:
             NodeValue: self._node_value,
         }
 
-    def apply(self, cur: Any, op: Op) -> Any:
-        """Run one operation inside the caller's transaction; return its result."""
+    def apply(self, batch: Batch, op: Op) -> Any:
+        """Add one operation's statements to the transaction's batch; its result, or a
+        :class:`~.batch.Later` for it."""
         handler = self._handlers.get(type(op))
         if handler is None:
             raise StoreError(f"PostgreSQL cannot apply {type(op).__name__}")
-        return handler(cur, op)
+        return handler(batch, op)
 
     def committed(self, ok: bool) -> None:
         """Tell the handlers whether the surrounding transaction committed."""
@@ -182,133 +213,116 @@ class PostgresOps:
 
     # -- sessions and routing ---------------------------------------------------------------
 
-    def _create_session(self, cur: Any, op: CreateSession) -> None:
-        cur.execute(_INSERT_SESSION, (op.session_id, op.session_key, _json(op.source),
+    def _create_session(self, batch: Batch, op: CreateSession) -> None:
+        batch.add(_INSERT_SESSION, (op.session_id, op.session_key, _json(op.source),
                                       op.started_at, op.parent_session_id))
         self._known_in_txn.add(op.session_id)
 
-    def _end_session(self, cur: Any, op: EndSession) -> None:
-        cur.execute(_END_SESSION, (op.ended_at, op.reason, op.session_id))
+    def _end_session(self, batch: Batch, op: EndSession) -> None:
+        batch.add(_END_SESSION, (op.ended_at, op.reason, op.session_id))
 
-    def _put_routing(self, cur: Any, op: PutRouting) -> None:
-        cur.execute(_PUT_ROUTING, (
+    def _put_routing(self, batch: Batch, op: PutRouting) -> None:
+        batch.add(_PUT_ROUTING, (
             op.session_key, op.entry, op.active_turn_token, op.active_turn_started_at,
             bool(op.active_turn_internal), bool(op.resume_pending), bool(op.suspended),
             op.updated_at))
 
-    def _set_routing_flags(self, cur: Any, op: SetRoutingFlags) -> int:
-        cur.execute(_SET_ROUTING_FLAGS, (
+    def _set_routing_flags(self, batch: Batch, op: SetRoutingFlags) -> Later:
+        return batch.run(_SET_ROUTING_FLAGS, (
             op.active_turn_token, op.active_turn_started_at, bool(op.active_turn_internal),
-            bool(op.resume_pending), bool(op.suspended), op.updated_at, op.session_key))
-        return cur.rowcount
+            bool(op.resume_pending), bool(op.suspended), op.updated_at, op.session_key),
+            _rowcount)
 
-    def _delete_routing(self, cur: Any, op: DeleteRouting) -> int:
-        cur.execute(_DELETE_ROUTING, (list(op.session_keys),))
-        return cur.rowcount
+    def _delete_routing(self, batch: Batch, op: DeleteRouting) -> Later:
+        return batch.run(_DELETE_ROUTING, (list(op.session_keys),), _rowcount)
 
-    def _add_tokens(self, cur: Any, op: AddTokens) -> None:
+    def _add_tokens(self, batch: Batch, op: AddTokens) -> None:
         if op.last_prompt_tokens is None:
-            cur.execute(_ADD_TOKENS, (int(op.input_tokens), int(op.output_tokens),
+            batch.add(_ADD_TOKENS, (int(op.input_tokens), int(op.output_tokens),
                                       op.session_id))
         else:
-            cur.execute(_ADD_TOKENS_LAST, (int(op.input_tokens), int(op.output_tokens),
+            batch.add(_ADD_TOKENS_LAST, (int(op.input_tokens), int(op.output_tokens),
                                            int(op.last_prompt_tokens), op.session_id))
 
     # -- transcript (hot path) --------------------------------------------------------------
 
-    def _append_message(self, cur: Any, op: AppendMessage) -> int:
+    def _append_message(self, batch: Batch, op: AppendMessage) -> Later:
         msg = op.message
         if op.session_id not in self._known and op.session_id not in self._known_in_txn:
             # Old data may route to a session whose row never existed (mirror-only entries).
-            cur.execute(_ENSURE_SESSION, (op.session_id, msg["timestamp"]))
+            batch.add(_ENSURE_SESSION, (op.session_id, msg["timestamp"]))
             self._known_in_txn.add(op.session_id)
-        cur.execute(_APPEND_MESSAGE, (
+        return batch.run(_APPEND_MESSAGE, (
             op.session_id, msg["role"], msg["content"], msg.get("tool_name"),
             _json(msg.get("tool_calls")), msg["timestamp"], msg.get("token_count"),
-            op.turn_token, bool(op.is_reply), op.session_id))
-        return int(cur.fetchone()[0])
+            op.turn_token, bool(op.is_reply), op.session_id), _first_int)
 
     # -- inbox ------------------------------------------------------------------------------
 
-    def _accept_event(self, cur: Any, op: AcceptEvent) -> str:
-        cur.execute(_ACCEPT_EVENT, (op.event_id, op.session_key, op.payload,
-                                    bool(op.internal), op.received_at, op.ingress_key))
-        if cur.rowcount or op.ingress_key is None:
+    def _accept_event(self, batch: Batch, op: AcceptEvent) -> str:
+        params = (op.event_id, op.session_key, op.payload, bool(op.internal),
+                  op.received_at, op.ingress_key)
+        if op.ingress_key is None:  # the event's id whether or not it was new
+            batch.add(_ACCEPT_EVENT, params)
             return op.event_id
-        cur.execute(_INGRESS_HOLDER, (op.ingress_key,))
-        holder = cur.fetchone()
+        if _first_row(batch.now(_ACCEPT_EVENT_RETURNING, params)) is not None:
+            return op.event_id
+        holder = _first_row(batch.now(_INGRESS_HOLDER, (op.ingress_key,)))
         return holder[0] if holder is not None else op.event_id
 
-    def _withdraw_event(self, cur: Any, op: WithdrawEvent) -> int:
-        cur.execute(_WITHDRAW_EVENT, (op.event_id,))
-        return cur.rowcount
+    def _withdraw_event(self, batch: Batch, op: WithdrawEvent) -> Later:
+        return batch.run(_WITHDRAW_EVENT, (op.event_id,), _rowcount)
 
-    def _consume_events(self, cur: Any, op: ConsumeEvents) -> int:
-        cur.execute(_CONSUME_EVENTS, (op.at, op.reason, list(op.event_ids)))
-        return cur.rowcount
+    def _consume_events(self, batch: Batch, op: ConsumeEvents) -> Later:
+        return batch.run(_CONSUME_EVENTS, (op.at, op.reason, list(op.event_ids)), _rowcount)
 
-    def _prune_inbox(self, cur: Any, op: PruneInbox) -> int:
+    def _prune_inbox(self, batch: Batch, op: PruneInbox) -> Later:
         i = Inbox
-        cur.execute(*sql_of(i.delete().where(i.consumed_at.is_null(False)
-                                             & (i.consumed_at < op.before))))
-        return cur.rowcount
+        return batch.run(*sql_of(i.delete().where(i.consumed_at.is_null(False)
+                                                  & (i.consumed_at < op.before))), _rowcount)
 
     # -- delivery ledger --------------------------------------------------------------------
 
-    def _ledger_record(self, cur: Any, op: LedgerRecord) -> None:
-        cur.execute(_LEDGER_RECORD, (op.obligation_id, op.session_key, op.platform,
+    def _ledger_record(self, batch: Batch, op: LedgerRecord) -> None:
+        batch.add(_LEDGER_RECORD, (op.obligation_id, op.session_key, op.platform,
                                      op.chat_id, op.thread_id, op.content, op.kind, op.at,
                                      op.at, op.in_reply_to))
 
-    def _ledger_claim(self, cur: Any, op: LedgerClaim) -> bool:
-        args = (op.owner_node, op.owner_boot, op.at, op.obligation_id)
-        cur.execute(_LEDGER_CLAIM_FRESH, args)
-        if cur.rowcount:
-            return True
-        cur.execute(_LEDGER_CLAIM_READ, (op.obligation_id,))
-        row = cur.fetchone()
-        if row is None:
-            return False
-        state, owner_node, owner_boot = row
-        if not ledger.claim_allowed(state, owner_node, owner_boot,
-                                    claimer_node=op.owner_node, claimer_boot=op.owner_boot):
-            return False
-        cur.execute(_LEDGER_CLAIM, args)
-        return True
+    def _ledger_claim(self, batch: Batch, op: LedgerClaim) -> Later:
+        return batch.run(_LEDGER_CLAIM, (
+            op.owner_node, op.owner_boot, op.at, op.obligation_id, _CLAIMABLE,
+            op.owner_node, op.owner_boot), _claimed)
 
-    def _ledger_finish(self, cur: Any, op: LedgerFinish) -> str | None:
+    def _ledger_finish(self, batch: Batch, op: LedgerFinish) -> Later | str | None:
         if op.state == "delivered":  # final whatever the attempts: one statement
-            cur.execute(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id))
-            return "delivered" if cur.rowcount else None
-        cur.execute(_LEDGER_FINISH_READ, (op.obligation_id,))
-        row = cur.fetchone()
+            return batch.run(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id),
+                        _finished_delivered)
+        row = _first_row(batch.now(_LEDGER_FINISH_READ, (op.obligation_id,)))
         if row is None:
             return None
         attempts, created_at = row
         state = ledger.finish_state(op.state, attempts=attempts, created_at=created_at,
                                     now=op.at)
-        cur.execute(_LEDGER_FINISH, (state, op.error, op.at, op.obligation_id))
+        batch.add(_LEDGER_FINISH, (state, op.error, op.at, op.obligation_id))
         return state
 
-    def _ledger_prune(self, cur: Any, op: LedgerPrune) -> int:
+    def _ledger_prune(self, batch: Batch, op: LedgerPrune) -> Later:
         d = Delivery
-        cur.execute(*sql_of(d.delete().where(d.state.in_(list(ledger.FINAL_STATES))
-                                             & (d.updated_at < op.before))))
-        return cur.rowcount
+        return batch.run(*sql_of(d.delete().where(d.state.in_(list(ledger.FINAL_STATES))
+                                                  & (d.updated_at < op.before))), _rowcount)
 
     # -- outbox and node state --------------------------------------------------------------
 
-    def _outbox_append(self, cur: Any, op: OutboxAppend) -> int:
-        cur.execute(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id, op.thread_id,
-                                     op.text, op.kind, op.created_at, op.in_reply_to))
-        return int(cur.fetchone()[0])
+    def _outbox_append(self, batch: Batch, op: OutboxAppend) -> Later:
+        return batch.run(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id,
+                                          op.thread_id, op.text, op.kind, op.created_at,
+                                          op.in_reply_to), _first_int)
 
-    def _outbox_prune(self, cur: Any, op: OutboxPrune) -> int:
-        cur.execute(_OUTBOX_PRUNE, (op.before,))
-        return cur.rowcount
+    def _outbox_prune(self, batch: Batch, op: OutboxPrune) -> Later:
+        return batch.run(_OUTBOX_PRUNE, (op.before,), _rowcount)
 
-    def _node_value(self, cur: Any, op: NodeValue) -> None:
+    def _node_value(self, batch: Batch, op: NodeValue) -> None:
         if op.value is None:
-            cur.execute(_DELETE_NODE_VALUE, (op.node_id, op.name))
+            batch.add(_DELETE_NODE_VALUE, (op.node_id, op.name))
         else:
-            cur.execute(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))
+            batch.add(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))

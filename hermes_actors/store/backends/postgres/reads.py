@@ -41,13 +41,15 @@ DIAGNOSTIC_ORDER = {
     "node_state": "node_id, name",
 }
 _MESSAGE_COLUMNS = "role, content, tool_name, tool_calls, timestamp, token_count"
-_LAST_REPLY = (
-    "SELECT content FROM messages WHERE session_id = %s AND turn_token = %s"
-    " AND is_reply ORDER BY id DESC LIMIT 1"
-)
-_LAST_MESSAGE = (
-    f"SELECT {', '.join(LAST_ROW_COLUMNS)} FROM messages"
-    " WHERE session_id = %s ORDER BY id DESC LIMIT 1"
+#: Per turn ``(session_id, token)``, in one query: its last final reply row, and the
+#: session's last message (used only when there is no reply row).
+_TURN_REPLIES = (
+    "SELECT t.sid, t.token, r.content, l.role, l.content, l.tool_calls, l.timestamp,"
+    " l.turn_token FROM unnest(%s::text[], %s::text[]) AS t(sid, token)"
+    " LEFT JOIN LATERAL (SELECT content FROM messages WHERE session_id = t.sid"
+    " AND turn_token = t.token AND is_reply ORDER BY id DESC LIMIT 1) AS r ON true"
+    f" LEFT JOIN LATERAL (SELECT {', '.join(LAST_ROW_COLUMNS)}"
+    " FROM messages WHERE session_id = t.sid ORDER BY id DESC LIMIT 1) AS l ON true"
 )
 
 
@@ -102,8 +104,10 @@ class Reads:
 
     def routing_keys(self) -> dict[str, None]:
         """Every routing key, as an ordered set (``dict`` with ``None`` values)."""
-        return self._read(lambda cur: dict.fromkeys(key for (key,) in cur.execute(
-            "SELECT session_key FROM routing ORDER BY session_key")))
+        # fetchall() loads the rows in C; iterating the cursor is a Python call per row
+        # (100,000 keys at a recovery: ~65 ms against ~40 ms here)
+        return self._read(lambda cur: dict.fromkeys([key for (key,) in cur.execute(
+            "SELECT session_key FROM routing ORDER BY session_key").fetchall()]))
 
     def routing_rows(self) -> list[RoutingRow]:
         """Every routing row."""
@@ -163,24 +167,25 @@ class Reads:
 
     def turn_replies(self, turns: list[tuple[str, str, float | None]]
                      ) -> dict[tuple[str, str], str]:
-        """``(session_id, token) -> content`` of each turn's reply, on one connection: its
-        last final reply row, else a reply its transcript ends with that was written after
-        the marker's start (``transcript.reply_after_marker``)."""
-
-        def read(cur: Any) -> dict[tuple[str, str], str]:
-            found = {}
-            for sid, token, started in turns:
-                row = cur.execute(_LAST_REPLY, (sid, token)).fetchone()
-                if row is not None:
-                    found[(sid, token)] = row[0]
-                    continue
-                last = cur.execute(_LAST_MESSAGE, (sid,)).fetchone()
-                reply = reply_after_last_row(last, token, started)
-                if reply is not None:
-                    found[(sid, token)] = reply
-            return found
-
-        return self._read(read)
+        """``(session_id, token) -> content`` of each turn's reply, in one query (recovery
+        asks about every interrupted turn at once): its last final reply row, else a reply
+        its transcript ends with that was written after the marker's start
+        (``transcript.reply_after_marker``)."""
+        if not turns:
+            return {}
+        started_of = {(sid, token): started for sid, token, started in turns}
+        rows = self._read(lambda cur: cur.execute(_TURN_REPLIES, (
+            [sid for sid, _t, _s in turns], [token for _sid, token, _s in turns])).fetchall())
+        found = {}
+        for sid, token, reply, *last in rows:
+            if reply is not None:
+                found[(sid, token)] = reply
+                continue
+            adopted = reply_after_last_row(tuple(last) if last[0] is not None else None,
+                                           token, started_of[(sid, token)])
+            if adopted is not None:
+                found[(sid, token)] = adopted
+        return found
 
     # -- inbox, ledger, outbox --------------------------------------------------------------
 

@@ -1,7 +1,13 @@
 """``Writer``: op lists applied as transactions on the write connection, with group commit.
 
 The committer (:mod:`~hermes_actors.store.backends.postgres.committer`) hands over the lists
-that waited together; they are applied in ONE transaction. If anything in it fails, it is
+that waited together; they are applied in ONE transaction. Its statements are collected in
+a :class:`~.batch.Batch` and sent as one query, ``BEGIN`` first (one round trip for the
+whole group, instead of one per statement: under gevent each round trip was also a wait of
+the committer greenlet behind every other greenlet of the hub); the operations' results are
+read from the answers (``batch.Later``), and only then is ``COMMIT`` sent, on its own, so
+that a connection that breaks before it still means "nothing was committed" (2. below).
+If anything in it fails, it is
 rolled back and every list is applied alone, in arrival order, so one bad list fails only
 its own caller (as on SQLite, a replay was preferred to a ``SAVEPOINT`` per list: failures
 are rare, and two more round trips per list are not).
@@ -32,6 +38,7 @@ from typing import Any
 import psycopg
 
 from hermes_actors.errors import StoreUnavailableError
+from hermes_actors.store.backends.postgres.batch import Batch, Later
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.operations import PostgresOps
 from hermes_actors.store.ops import Op
@@ -73,7 +80,7 @@ class Writer:
         if conn is None or conn.closed or conn.broken:
             self._drop()
             try:
-                conn = self._conn = self._server.connect()
+                conn = self._conn = self._server.connect(writer=True)
             except StoreUnavailableError as exc:
                 raise _NoConnection(exc) from None
         return conn
@@ -90,13 +97,17 @@ class Writer:
         """Close the write connection (the committer has stopped)."""
         self._drop()
 
-    def _transaction(self, body: Callable[[Any], Any]) -> Any:
-        """One attempt: ``BEGIN``, ``body(cursor)``, ``COMMIT``."""
+    def _transaction(self, body: Callable[[Batch], list[list[Any]]]) -> list[list[Any]]:
+        """One attempt: ``BEGIN`` and ``body(batch)`` sent as one batch, the results read,
+        then ``COMMIT``. ``body`` returns one list of results per op list."""
         conn = self._connection()
         cur = conn.cursor()
         try:
-            cur.execute("BEGIN")
-            result = body(cur)
+            batch = Batch(conn)
+            pending = body(batch)
+            batch.send()
+            result = [[r.value() if isinstance(r, Later) else r for r in results]
+                      for results in pending]
         except BaseException:
             self._ops.committed(False)
             try:
@@ -122,7 +133,7 @@ class Writer:
         if len(lists) > 1:
             try:
                 results = self._transaction(
-                    lambda cur: [[self._ops.apply(cur, op) for op in ops] for ops in lists])
+                    lambda batch: [[self._ops.apply(batch, op) for op in ops] for ops in lists])
             except (_OutcomeUnknown, _NoConnection) as exc:
                 return [(False, exc.error)] * len(lists)
             except Exception as exc:  # noqa: BLE001 - replayed one by one below
@@ -147,7 +158,8 @@ class Writer:
         failures = 0
         while True:
             try:
-                return self._transaction(lambda cur: [self._ops.apply(cur, op) for op in ops])
+                return self._transaction(
+                    lambda batch: [[self._ops.apply(batch, op) for op in ops]])[0]
             except _OutcomeUnknown as exc:
                 raise exc.error from None
             except _NoConnection:
