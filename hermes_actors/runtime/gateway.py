@@ -243,7 +243,9 @@ class Gateway:
         previous = self._store.pending_inbox()
         self._state = "running"
         report, candidates = self._supervisor.recover().get()
-        report.new_home = new_home
+        # No store files in the home, and nothing in the store either (a database server
+        # may hold this home's sessions although the home itself is empty).
+        report.new_home = new_home and not previous and not self._store.statistics().sessions
         self._counted = self._supervisor.counted_keys().get()
         with self._lock:
             events, report.resumed = plan_startup_dispatch(candidates, previous)

@@ -87,3 +87,30 @@ class TestOutage:
                     gw.stop(drain_timeout=5)
         finally:
             server.stop()
+
+
+class TestNewHome:
+    """A home without files is "new" only when its database holds nothing either."""
+
+    def test_an_empty_home_on_a_used_database_is_not_new(self, make_harness, postgres_dsn,
+                                                         tmp_path):
+        adapter = InMemoryAdapter("telegram")
+        fresh = Gateway(tmp_path / "new", load_config(_config(postgres_dsn), env={}),
+                        adapters=[adapter], agent_factory=lambda _ctx: EchoAgent())
+        try:
+            assert fresh.start().new_home  # a first start on an empty database
+        finally:
+            fresh.stop(drain_timeout=5)
+        first = make_harness(tmp_path / "a", **_config(postgres_dsn))
+        first.send("hello")
+        first.idle()
+        first.gw.stop(drain_timeout=5)
+        adapter = InMemoryAdapter("telegram")
+        again = Gateway(tmp_path / "b", load_config(_config(postgres_dsn), env={}),
+                        adapters=[adapter], agent_factory=lambda _ctx: EchoAgent())
+        try:
+            report = again.start()
+            assert not report.new_home
+            assert "new home" not in report.summary()  # (another node: no marker of its own)
+        finally:
+            again.stop(drain_timeout=5)
