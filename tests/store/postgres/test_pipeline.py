@@ -65,12 +65,23 @@ class TestLiterals:
             (row,) = pg.sql(f"SELECT {text}::text[], %s::text[]", (list(value),))
             assert row[0] == row[1] == list(value), value
 
+    def test_texts_mean_the_same_without_standard_conforming_strings(self, postgres_dsn):
+        # (a connection pooler may reset what the writer SET on its connection)
+        texts = [v for v in VALUES if isinstance(v, str)]
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            for setting in ("on", "off"):
+                conn.execute(f"SET standard_conforming_strings = {setting}")
+                for value in texts:
+                    text = literal(value).replace("%", "%%")
+                    row = conn.execute(f"SELECT ({text})::text", ()).fetchone()
+                    assert row == (value,), (setting, value, text)
+
     def test_nul_is_refused_and_other_types_are_left_to_psycopg(self):
         with pytest.raises(psycopg.DataError):
             literal("a\x00b")
         assert bind("SELECT %s", (b"bytes",)) is None
         assert bind("SELECT %(x)s", ()) is None
-        assert bind("SELECT %s, %s", ("it's", None)) == "SELECT 'it''s', NULL"
+        assert bind("SELECT %s, %s", ("it's", None)) == "SELECT E'it''s', NULL"
 
     def test_a_statement_with_every_kind_is_stored_as_given(self, pg):
         content = "it's \\ a 'test' 🎉 %s"

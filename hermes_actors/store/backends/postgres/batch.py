@@ -20,10 +20,10 @@ simpler form stayed).
 
 Each value is bound into the batch's text on the client as a literal (:func:`literal`):
 the handlers' values are of a few plain types (``str``, ``int``, ``float``, ``bool``,
-``None``, lists of those), whose literal forms PostgreSQL defines exactly; a text is quoted
-by doubling its single quotes, which is the whole rule with ``standard_conforming_strings``
-on (the writer's connection sets it), and a text holding NUL is refused, as psycopg refuses
-it. Any other value, or a statement with other placeholders, is bound by psycopg's own
+``None``, lists of those), whose literal forms PostgreSQL defines exactly; a text is an
+escape string (``E'...'``) with its backslashes and single quotes doubled, which means the
+same whatever ``standard_conforming_strings`` says (the writer's connection sets it on as
+well), and a text holding NUL is refused, as psycopg refuses it. Any other value, or a statement with other placeholders, is bound by psycopg's own
 ``ClientCursor.mogrify``. (psycopg's quoting costs ~2 µs a value in Python, ~25 µs a
 statement here; :func:`literal` a tenth of it.) ``tests/store/postgres/test_pipeline.py``
 has the server read both forms of every kind of value and compares them.
@@ -59,7 +59,9 @@ def literal(value: Any) -> str:
     if kind is str:
         if "\x00" in value:
             raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        return "'" + value.replace("'", "''") + "'"
+        # An escape string: its meaning does not depend on standard_conforming_strings (a
+        # pooler may reset what the writer SET), since backslashes are escaped as well.
+        return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
     if value is None:
         return "NULL"
     if kind is bool:
