@@ -1,0 +1,171 @@
+"""Loading the configuration: a file or mapping, ``HERMES_*`` environment overrides,
+defaults; one generic walker over the sections validates the tree, names the dotted key in
+every error and collects unknown and legacy keys."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from hermes_actors.config.sections import GatewayConfig
+from hermes_actors.errors import ConfigError, ConfigWarning
+
+# -- loading --------------------------------------------------------------------------------
+
+#: Legacy reset settings: accepted, ignored, reported. No timer ever cuts a conversation.
+_LEGACY_TOP = ("session_reset", "session_idle_minutes", "session_reset_hour",
+               "SESSION_IDLE_MINUTES", "SESSION_RESET_HOUR", "idle_minutes", "reset_hour")
+_LEGACY_ENV = ("SESSION_IDLE_MINUTES", "SESSION_RESET_HOUR")
+
+#: Environment overrides: variable -> dotted key.
+ENV_OVERRIDES = {
+    "HERMES_HOME": "home",
+    "HERMES_BUSY_INPUT_MODE": "busy_input_mode",
+    "HERMES_AGENT_KIND": "agent.kind",
+    "HERMES_AGENT_TIMEOUT": "agent.timeout",
+    "HERMES_AUTO_CONTINUE_FRESHNESS": "agent.auto_continue_freshness",
+    "HERMES_RESTART_DRAIN_TIMEOUT": "restart_drain_timeout",
+    "HERMES_AGENT_CACHE_MAX_SIZE": "agent.agent_cache.max_size",
+    "HERMES_AGENT_CACHE_IDLE_TTL_SECS": "agent.agent_cache.idle_ttl_secs",
+    "HERMES_AGENT_CACHE_MEMORY_HIGH_MB": "agent.agent_cache.memory_high_mb",
+    "HERMES_REDACT_PII": "privacy.redact_pii",
+    "HERMES_HTTP_HOST": "http.host",
+    "HERMES_HTTP_PORT": "http.port",
+    "HERMES_HTTP_TOKEN": "http.token",
+    "HERMES_STORE_BACKEND": "store.backend",
+    "HERMES_STORE_DSN": "store.dsn",
+    "HERMES_STORE_POOL_SIZE": "store.pool_size",
+    "HERMES_CLUSTER_ENABLED": "cluster.enabled",
+    "HERMES_CLUSTER_SHARDS": "cluster.shards",
+    "HERMES_CLUSTER_LEASE_TTL": "cluster.lease_ttl",
+    "HERMES_CLUSTER_HEARTBEAT": "cluster.heartbeat",
+}
+
+
+def _read_source(source: Any) -> dict[str, Any]:
+    if source is None:
+        return {}
+    if isinstance(source, Mapping):
+        return dict(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"config file {str(path)!r} must hold a mapping at the top level, "
+                f"not {type(data).__name__}"
+            )
+        return data
+    raise ConfigError(
+        f"config source must be a file path, a mapping or None, not {type(source).__name__}"
+    )
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def _build(cls: type, data: Any, prefix: str, unknown: list[str], ignored: list[str]) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config key {prefix.rstrip('.')!r}: expected a mapping, got {data!r}")
+    by_name = {f.name: f for f in fields(cls) if "parse" in f.metadata or "section" in f.metadata}
+    kwargs: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key)
+        dotted = prefix + key
+        if not prefix and key in _LEGACY_TOP:
+            if isinstance(value, Mapping) and value:
+                ignored.extend(f"{dotted}.{sub}" for sub in value)
+            else:
+                ignored.append(dotted)
+            continue
+        spec = by_name.get(key)
+        if spec is None:
+            unknown.append(dotted)
+            continue
+        if "section" in spec.metadata:
+            kwargs[key] = _build(spec.metadata["section"], value, dotted + ".", unknown, ignored)
+        elif isinstance(value, _EnvValue):
+            try:
+                kwargs[key] = spec.metadata["parse"](dotted, str(value))
+            except ConfigError as exc:
+                raise ConfigError(f"environment variable {value.var}: {exc}") from None
+        else:
+            kwargs[key] = spec.metadata["parse"](dotted, value)
+    return cls(**kwargs)
+
+
+def load_config(source: Any = None, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Build a :class:`GatewayConfig` from a YAML path or mapping, ``env`` and the defaults.
+
+    ``env`` defaults to ``os.environ``. Invalid values raise :class:`ConfigError` naming the
+    key (and the variable, for env values); unknown and legacy keys are listed on the result
+    and warned about once each with :class:`ConfigWarning`.
+    """
+    if isinstance(source, GatewayConfig):
+        return source
+    env = os.environ if env is None else env
+    tree = _deep_copy(_read_source(source))
+    for var, dotted in ENV_OVERRIDES.items():
+        raw = env.get(var)
+        if raw is None or raw == "":
+            continue
+        _set_dotted(tree, dotted, _EnvValue(var, raw))
+    unknown: list[str] = []
+    ignored: list[str] = []
+    config = _build(GatewayConfig, tree, "", unknown, ignored)
+    ignored.extend(var for var in _LEGACY_ENV if env.get(var) not in (None, ""))
+    ignored_t = tuple(dict.fromkeys(ignored))
+    unknown_t = tuple(dict.fromkeys(unknown))
+    for key in ignored_t:
+        warnings.warn(
+            f"config key {key!r} is ignored: conversations are never cut by timers; "
+            "use /new or /reset",
+            ConfigWarning,
+            stacklevel=2,
+        )
+    for key in unknown_t:
+        warnings.warn(f"unknown config key {key!r} is ignored", ConfigWarning, stacklevel=2)
+    return replace(config, ignored_keys=ignored_t, unknown_keys=unknown_t)
+
+
+class _EnvValue(str):
+    """A string from the environment that remembers its variable, for error messages."""
+
+    var: str
+
+    def __new__(cls, var: str, raw: str) -> _EnvValue:
+        obj = super().__new__(cls, raw)
+        obj.var = var
+        return obj
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
