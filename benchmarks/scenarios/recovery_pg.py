@@ -17,16 +17,13 @@ interpreter start and both run with bytecode caches (see ``recovery``).
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 import time
 from typing import Any
 
 from benchmarks import pgserver
 from benchmarks.rawpg import RAW_READ, build_fixture
-from benchmarks.report import Target, figure
-from benchmarks.scenarios.recovery import bytecode_env, spawn_until_line
+from benchmarks.scenarios.recovery import bytecode_env, ready_result, spawn_until_line
 from benchmarks.util import Progress, scratch_dir
 
 __all__ = ["run"]
@@ -48,29 +45,12 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
         env = bytecode_env()
         progress.update("raw psycopg read", force=True)
         raw = [spawn_until_line([sys.executable, "-c", RAW_READ, dsn], env) for _ in range(3)]
-        raw_s = statistics.median(t for t, _ in raw)
         expected = f"{sessions} {markers + replied} 0 0"
         if raw[0][1] != expected:
             raise RuntimeError(f"the fixture reads as {raw[0][1]!r}, not {expected!r}")
         progress.update("gateway start", force=True)
         home = base / "home"
-        (home / "sessions").mkdir(parents=True)  # a home a gateway ran in, not a new one
         ready_s, line = spawn_until_line([sys.executable, "-m", "benchmarks._ready",
                                           str(home), dsn], env)
-    detail = json.loads(line)
-    report = detail["report"]
-    if f"recovered_replies={replied}" not in report or \
-            f"resumed={markers - replied}" not in report:
-        raise RuntimeError(f"recovery did not judge every marker: {report}")
-    label = f"{sessions:,} sessions, {markers:,} markers"
-    figures = [
-        figure("ready", f"process start → ready, {label}", ready_s, "s", baseline=raw_s,
-               baseline_label="raw psycopg read", target=Target("<=", 3.0, on="ratio")),
-        figure("start_call", "  of which Gateway.start()", detail["start_s"], "s"),
-        figure("imports", "  of which interpreter + imports (gevent, hermes_actors)",
-               ready_s - detail["start_s"], "s"),
-    ]
-    return {"figures": figures, "details": {"sessions": sessions, "markers": markers,
-                                            "report": report, "raw_read_runs": raw,
-                                            "fixture_s": fixture_s,
-                                            "import_s": detail["import_s"]}}
+    return ready_result(line, ready_s, raw, raw_label="raw psycopg read", sessions=sessions,
+                        markers=markers, replied=replied, fixture_s=fixture_s)
