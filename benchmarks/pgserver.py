@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import psutil
+
+from benchmarks.pgwal import recycle_segments
 
 __all__ = ["ADMIN_DSN_ENV", "ServerCPU", "database", "describe_server", "server_line",
            "start_server"]
@@ -69,13 +72,18 @@ def server_line(info: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def database() -> Iterator[str]:
     """A fresh empty database (schema) on the run's server, dropped afterwards; yields its
-    DSN. Without :data:`ADMIN_DSN_ENV` (a child run by hand) an embedded server is started
-    for the block and stopped after it."""
+    DSN. The server's WAL is first put in the state of a server in service
+    (:func:`~benchmarks.pgwal.recycle_segments`). Without :data:`ADMIN_DSN_ENV` (a child
+    run by hand) an embedded server is started for the block and stopped after it."""
     from hermes_actors.testing.postgres import TestServer, start_test_server
 
     admin = os.environ.get(ADMIN_DSN_ENV)
     server = TestServer(admin) if admin else start_test_server()
     try:
+        if not recycle_segments(server.admin_dsn):
+            print("[postgres] the admin role may not recycle WAL segments: new ones may "
+                  "stall commits during the measurement (benchmarks/pgwal.py)",
+                  file=sys.stderr, flush=True)
         with server.database() as dsn:
             yield dsn
     finally:
