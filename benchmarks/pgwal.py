@@ -15,8 +15,9 @@ So before each measurement the server passes through :data:`SEGMENTS` segments (
 WAL record and ``pg_switch_wal()`` each) and checkpoints, which recycles them ahead of the
 insert position, the state a checkpoint leaves on a server in service. No setting is
 changed. Rejected: ``wal_init_zero=off`` or larger segments (settings a benchmark leaves at
-their defaults); a warm-up load through the gateway (what it writes is the runtime's, and
-it would still leave the new files to the measured run once used up).
+their defaults); a warm-up load before the measurement without the checkpoint (it creates
+the files earlier, but they stay behind the insert position, so the measured run still
+creates its own).
 """
 
 from __future__ import annotations

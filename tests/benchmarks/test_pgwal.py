@@ -46,7 +46,10 @@ class TestRecycleSegments:
     def test_a_role_without_the_right_is_told_so(self, postgres_server):
         role = f"hermes_test_plain_{next(_roles)}"
         with psycopg.connect(postgres_server.admin_dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE ROLE "{role}" LOGIN')
+            try:
+                conn.execute(f'CREATE ROLE "{role}" LOGIN')
+            except psycopg.errors.InsufficientPrivilege:
+                pytest.skip("the test server's role may not create roles")
         try:
             assert not recycle_segments(make_conninfo(postgres_server.admin_dsn, user=role))
         finally:
