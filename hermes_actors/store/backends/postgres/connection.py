@@ -21,9 +21,15 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import ConnectionPool
 
-from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
+from hermes_actors.errors import (
+    FencedError,
+    StoreError,
+    StoreUnavailableError,
+    StoreUnreachableError,
+)
 from hermes_actors.model.dsn import mask_dsn, scrub
 from hermes_actors.store.backends.postgres.greenwait import connection_class
+from hermes_actors.store.backends.postgres.schema import FENCED_SQLSTATE
 
 __all__ = [
     "APPLICATION_NAME",
@@ -122,5 +128,12 @@ class Server:
         return StoreUnavailableError(f"cannot {doing} {self.where}: {self.scrub(exc)}")
 
     def rejected(self, doing: str, exc: BaseException) -> StoreError:
-        """The error for a statement the server refused (a constraint, bad data)."""
-        return StoreError(f"{doing} rejected by {self.where}: {self.scrub(exc)}")
+        """The error for a statement the server refused (a constraint, bad data); a write
+        of a cluster tenure that is over (``cluster_fence``) is a :class:`FencedError`."""
+        message = f"{doing} rejected by {self.where}: {self.scrub(exc)}"
+        diag = getattr(exc, "diag", None)
+        if getattr(exc, "sqlstate", None) == FENCED_SQLSTATE and diag is not None:
+            shard, _, epoch = (diag.message_detail or "").partition(" ")
+            if shard.isdigit() and epoch.isdigit():
+                return FencedError(message, int(shard), int(epoch))
+        return StoreError(message)

@@ -39,6 +39,7 @@ from hermes_actors.store.ops import (
     CreateSession,
     DeleteRouting,
     EndSession,
+    FenceShard,
     LedgerClaim,
     LedgerFinish,
     LedgerPrune,
@@ -111,6 +112,7 @@ _CONSUME_EVENTS = (
     "UPDATE inbox SET consumed_at = %s, consumed_reason = %s"
     " WHERE event_id = ANY(%s::text[]) AND consumed_at IS NULL"
 )
+_FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
     " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
@@ -195,6 +197,7 @@ class PostgresOps:
             OutboxAppend: self._outbox_append,
             OutboxPrune: self._outbox_prune,
             NodeValue: self._node_value,
+            FenceShard: self._fence_shard,
         }
 
     def apply(self, batch: Batch, op: Op) -> Any:
@@ -320,6 +323,10 @@ class PostgresOps:
 
     def _outbox_prune(self, batch: Batch, op: OutboxPrune) -> Later:
         return batch.run(_OUTBOX_PRUNE, (op.before,), _rowcount)
+
+    def _fence_shard(self, batch: Batch, op: FenceShard) -> None:
+        # Raises FENCED_SQLSTATE in the server, failing the list (Server.rejected names it).
+        batch.add(_FENCE_SHARD, (int(op.shard), op.owner, int(op.epoch)))
 
     def _node_value(self, batch: Batch, op: NodeValue) -> None:
         if op.value is None:
