@@ -436,7 +436,10 @@ class Gateway:
             # Durable in the shared inbox: its shard's owner dispatches it, in arrival
             # order (here now when this node serves the shard, else at the owner's poll).
             if self.cluster.serves(key):
-                answer = self.cluster.catch_up(event.event_id if refusable else None)
+                try:
+                    answer = self.cluster.catch_up(event.event_id if refusable else None)
+                except Exception:  # noqa: BLE001 - it is durable: the next poll takes it
+                    log.exception("event=cluster_dispatch_failed session_key=%s", key)
         else:
             with self._lock:
                 if self._gate_open or (event.internal and self._state == "running"):

@@ -218,9 +218,12 @@ class ShardHost(ShardListener):
         def belongs(key: str) -> bool:
             return self.shard_of(key) in wanted
 
-        # The shard's previous owner may still have had actors for these sessions' keys
-        # here in memory (a shard that comes back): none run, and the entries are re-read.
-        report, candidates = self._gateway.recover_sessions(belongs)
+        try:
+            report, candidates = self._gateway.recover_sessions(belongs)
+        except Exception:
+            with self._due_lock:  # tried again at the next pass, while still held
+                self._due = {**due, **self._due}
+            raise
         with self._lock:
             live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
             previous = [(k, ev) for k, ev in self._gateway.pending_inbox()
