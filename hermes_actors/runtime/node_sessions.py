@@ -16,6 +16,7 @@ from typing import Any
 
 import pykka
 
+from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.session_actor import (
@@ -50,9 +51,9 @@ class NodeSessions:
         gw.store.refresh_entries(belongs)
         return gw._supervisor.recover_shard(belongs).get()
 
-    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
-        """Every unconsumed inbox event, in arrival order."""
-        return self._gw.store.pending_inbox()
+    def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
+        """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
+        return self._gw.store.pending_inbox(shards)
 
     def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Hand ``event`` to its actor (the gateway's lock is held)."""

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 from hermes_actors._green import spawn
 from hermes_actors.cluster.events import ShardListener, shard_ranges
-from hermes_actors.cluster.shards import shard_of
+from hermes_actors.cluster.shards import ShardSet, shard_of
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
@@ -53,8 +53,8 @@ class ShardGateway(Protocol):
     def recover_sessions(self, belongs: KeyFilter) -> tuple[RecoveryReport, list]:
         """Recovery of the sessions ``belongs`` picks (entries re-read first)."""
 
-    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
-        """Every unconsumed inbox event, in arrival order."""
+    def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
+        """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
 
     def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Hand ``event`` to its session actor (called under the gateway's lock)."""
@@ -116,12 +116,12 @@ class ShardHost(ShardListener):
         shard = self.shard_of(session_key)
         return shard in self._serving and self.manager.owns(shard, self._serving[shard])
 
-    def belongs(self) -> KeyFilter:
+    def belongs(self) -> ShardSet:
         """A filter for the sessions of the shards served now (and still held: a lease
         whose local deadline passed is not, even before the manager reports it lost)."""
         owned = self.manager.owned() if self.manager is not None else {}
-        serving = frozenset(s for s, e in self._serving.items() if owned.get(s) == e)
-        return lambda key: self.shard_of(key) in serving
+        return ShardSet(self.shards,
+                        frozenset(s for s, e in self._serving.items() if owned.get(s) == e))
 
     def tenure(self, shard: int) -> int | None:
         """The epoch the node holds ``shard`` under now (the fence asks), or ``None``."""
@@ -213,11 +213,7 @@ class ShardHost(ShardListener):
         due = {s: e for s, e in due.items() if self.manager.owns(s, e)}
         if not due:
             return
-        wanted = frozenset(due)
-
-        def belongs(key: str) -> bool:
-            return self.shard_of(key) in wanted
-
+        belongs = ShardSet(self.shards, frozenset(due))
         try:
             report, candidates = self._gateway.recover_sessions(belongs)
         except Exception:
@@ -226,8 +222,7 @@ class ShardHost(ShardListener):
             raise
         with self._lock:
             live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
-            previous = [(k, ev) for k, ev in self._gateway.pending_inbox()
-                        if self.shard_of(k) in live]
+            previous = self._gateway.pending_inbox(ShardSet(self.shards, frozenset(live)))
             ours = [c for c in candidates if self.shard_of(c.session_key) in live]
             events, resumed = plan_startup_dispatch(ours, previous)
             for shard, epoch in live.items():
@@ -249,7 +244,8 @@ class ShardHost(ShardListener):
             if not self._serving:
                 return None
             this_pass = self._pass = self._pass + 1
-        pending = self._gateway.pending_inbox()
+            serving = ShardSet(self.shards, frozenset(self._serving))
+        pending = self._gateway.pending_inbox(serving)
         answer = None
         with self._lock:
             unconsumed: dict[int, set[str]] = {}
@@ -285,8 +281,8 @@ class ShardHost(ShardListener):
             self._dispatched.pop(shard, None)
             return True
 
-    def _one(self, shard: int) -> KeyFilter:
-        return lambda key: self.shard_of(key) == shard
+    def _one(self, shard: int) -> ShardSet:
+        return ShardSet(self.shards, frozenset((shard,)))
 
     def _stop_actors(self, shard: int) -> None:
         try:

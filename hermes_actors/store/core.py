@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermes_actors._green import new_rlock, spawn
+from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.errors import (
     FencedError,
     StoreError,
@@ -72,7 +73,7 @@ from hermes_actors.store.ops import (
     PutRouting,
     SetRoutingFlags,
 )
-from hermes_actors.store.protocol import Backend
+from hermes_actors.store.protocol import Backend, ShardReads
 from hermes_actors.store.routing import (
     NO_FLAGS,
     RoutingRow,
@@ -427,8 +428,12 @@ class StoreCore:
     def refresh_entries(self, belongs: Callable[[str], bool]) -> int:
         """:meth:`SessionStore.refresh_entries`: the keys ``belongs`` picks are read from the
         backend again and replace what memory held of them."""
-        rows = [row for row in self.read(lambda backend: backend.routing_rows())
-                if belongs(row.session_key)]
+        def question(backend: Backend) -> list[RoutingRow]:
+            if isinstance(belongs, ShardSet) and isinstance(backend, ShardReads):
+                return backend.shard_routing_rows(belongs.total, sorted(belongs.wanted))
+            return [row for row in backend.routing_rows() if belongs(row.session_key)]
+
+        rows = self.read(question)
         with self._map_lock:
             return self.entries.replace_where(belongs, rows)
 

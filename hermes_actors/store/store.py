@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
@@ -329,10 +330,10 @@ class SessionStore:
         reason sticks."""
         return self._inbox.consume_events(event_ids, reason)
 
-    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
+    def pending_inbox(self, shards: ShardSet | None = None) -> list[tuple[str, MessageEvent]]:
         """Unconsumed events as ``(session_key, event)`` in their original arrival
-        order."""
-        return self._inbox.pending_inbox()
+        order (of the sessions of ``shards`` only, when given: a cluster node)."""
+        return self._inbox.pending_inbox(shards)
 
     def inbox_prune(self, max_age_days: float = 7) -> int:
         """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""

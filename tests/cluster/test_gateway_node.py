@@ -8,7 +8,7 @@ import pytest
 
 from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
 from hermes_actors.errors import FencedError
-from hermes_actors.store.ops import FenceShard, SetRoutingFlags
+from hermes_actors.store.ops import AcceptEvent, FenceShard, SetRoutingFlags
 
 pytestmark = pytest.mark.postgres
 
@@ -159,3 +159,27 @@ class TestOperatorViews:
         assert f"hermes_cluster_shards_owned {float(SHARDS)}" in text
         assert 'hermes_cluster_fenced_writes_total{where="database"} 0.0' in text
         assert gw.stats()["cluster"]["node_id"] == gw.store.node_id
+
+
+class TestShardReads:
+    """The database filters the inbox and the routing rows by shard exactly as Python
+    does (``cluster_shard`` in SQL, ``ShardSet`` in Python)."""
+
+    def test_sql_filter_matches_python(self, nodes):
+        from hermes_actors.cluster.shards import ShardSet
+
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        for chat in range(12):
+            gw.submit(_message(str(chat), 0))
+        assert gw.wait_idle(30)
+        backend = gw.store.backend
+        for key in range(12):  # unconsumed rows of several sessions
+            backend.apply([AcceptEvent(f"x{key}", f"k{key}", "{}", False, 1.0)])
+        for wanted in ({0}, {1, 3}, set(range(SHARDS))):
+            shards = ShardSet(SHARDS, frozenset(wanted))
+            rows = backend.shard_routing_rows(SHARDS, sorted(wanted))
+            assert [r.session_key for r in rows] == sorted(
+                r.session_key for r in backend.routing_rows() if shards(r.session_key))
+            assert backend.shard_pending_inbox(SHARDS, sorted(wanted)) == [
+                (k, p) for k, p in backend.pending_inbox() if shards(k)]

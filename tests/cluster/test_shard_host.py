@@ -62,8 +62,8 @@ class FakeGateway:
         self.recovered.append(frozenset(k for k, _ in self.inbox if belongs(k)))
         return RecoveryReport(), []
 
-    def pending_inbox(self):
-        snapshot = list(self.inbox)
+    def pending_inbox(self, shards):
+        snapshot = [(k, e) for k, e in self.inbox if shards(k)]
         if self.before_read is not None:
             hook, self.before_read = self.before_read, None
             hook()
