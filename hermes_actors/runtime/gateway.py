@@ -268,13 +268,20 @@ class Gateway:
         shards); each shard is recovered when its lease is gained (``runtime/shard_host``)."""
         from hermes_actors.cluster.membership import LeaseManager
         from hermes_actors.store.backends.postgres.leases import PgLeases
+        from hermes_actors.store.backends.postgres.listen import InboxNotices
+        from hermes_actors.store.ops import NotifyShard
 
         cluster = self.config.cluster
         store = self.store
+        dsn = str(self.config.store.dsn)
+        # New inbox rows are announced (NOTIFY) to the shard's owner; the poll, every
+        # lease_ttl, is the net under lost notifications.
         host = self.cluster = ShardHost(NodeSessions(self), self._lock, cluster.shards,
-                                        poll_interval=cluster.heartbeat)
+                                        poll_interval=cluster.lease_ttl)
+        host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
+        store.announce = lambda key: NotifyShard(host.shard_of(key))
         manager = LeaseManager.from_config(
-            PgLeases.open(str(self.config.store.dsn)), store.node_id, cluster, listener=host,
+            PgLeases.open(dsn), store.node_id, cluster, listener=host,
             monotonic=self.clock.monotonic,
             handover_timeout=self.config.restart_drain_timeout + cluster.lease_ttl)
         store.fence = ShardFence(store.node_id, cluster.shards, host.tenure,

@@ -79,6 +79,8 @@ class ShardStatistics(NamedTuple):
     handovers: int
     #: Inbox events dispatched from the shared inbox since start.
     dispatched: int
+    #: Passes started by a notice of new inbox rows (``LISTEN``) rather than the poll.
+    woken: int = 0
 
 
 class ShardHost(ShardListener):
@@ -86,8 +88,11 @@ class ShardHost(ShardListener):
     lock (dispatch decisions are taken under it); ``shards`` the cluster's shard count."""
 
     def __init__(self, gateway: ShardGateway, lock: Any, shards: int, *,
-                 poll_interval: float) -> None:
+                 poll_interval: float, notices: Any = None) -> None:
         self._gateway = gateway
+        #: What tells the node of new inbox rows of its shards between polls
+        #: (``InboxNotices``: ``want(shards)``, ``start()``, ``stop()``), or ``None``.
+        self.notices = notices
         self._lock = lock
         self.shards = shards
         self.poll_interval = poll_interval
@@ -104,6 +109,7 @@ class ShardHost(ShardListener):
         self._worker_done = threading.Event()
         self._changed = threading.Condition()
         self._gained = self._lost = self._handovers = self._dispatch_count = 0
+        self._woken = 0
 
     # -- what the gateway asks ------------------------------------------------------------
 
@@ -131,6 +137,8 @@ class ShardHost(ShardListener):
         """Run ``manager`` (joined already or not) and the worker."""
         self.manager = manager
         spawn(self._work, "cluster-shards")
+        if self.notices is not None:
+            self.notices.start()
         manager.start()
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -141,8 +149,15 @@ class ShardHost(ShardListener):
             left = self.manager.stop(timeout=timeout)
         self._closed.set()
         self._wake.set()
+        if self.notices is not None:
+            self.notices.stop()
         self._worker_done.wait(10.0)
         return left
+
+    def notice(self, shard: int | None) -> None:
+        """New inbox rows (of ``shard``; ``None``: of any shard served): run a pass now."""
+        self._woken += 1
+        self._wake.set()
 
     def wait_for(self, predicate: Callable[[ShardStatistics], bool],
                  timeout: float | None = None) -> bool:
@@ -153,7 +168,7 @@ class ShardHost(ShardListener):
     def statistics(self) -> ShardStatistics:
         """A snapshot record."""
         return ShardStatistics(len(self._serving), self._gained, self._lost,
-                               self._handovers, self._dispatch_count)
+                               self._handovers, self._dispatch_count, self._woken)
 
     # -- the listener (on the manager's greenlet: hand on, never block) -------------------
 
@@ -230,6 +245,7 @@ class ShardHost(ShardListener):
                 self._dispatched[shard] = {}
             for key, event in events:
                 self._dispatch(key, event, False)
+            self._listen()
         self._gained += len(live)
         report.resumed, report.replayed_inbox = resumed, len(previous)
         log.info("event=cluster_shards_serving shards=%s %s", shard_ranges(live),
@@ -279,7 +295,13 @@ class ShardHost(ShardListener):
                 return False
             del self._serving[shard]
             self._dispatched.pop(shard, None)
+            self._listen()
             return True
+
+    def _listen(self) -> None:
+        """Under the lock: listen for the inbox rows of the shards served now."""
+        if self.notices is not None:
+            self.notices.want(self._serving)
 
     def _one(self, shard: int) -> ShardSet:
         return ShardSet(self.shards, frozenset((shard,)))

@@ -155,6 +155,9 @@ class StoreCore:
         self._on_outage = on_outage
         #: A cluster node's fence on its writes (``None``: not a cluster node, no fence).
         self.fence: ShardFence | None = None
+        #: A cluster node's notice of a new inbox row (``session_key -> NotifyShard``),
+        #: added to each accept (``None``: not a cluster node).
+        self.announce: Callable[[str], Op] | None = None
         #: Routing entries, parsed on first use from the rows the backend holds; the
         #: mirror reuses the stored texts, so writing it never re-serialises an entry.
         self.entries = EntryMap(self._fetch_row, self._fetch_all_rows)

@@ -15,7 +15,7 @@ from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store.core import StoreCore
-from hermes_actors.store.ops import AcceptEvent, ConsumeEvents, PruneInbox, WithdrawEvent
+from hermes_actors.store.ops import AcceptEvent, ConsumeEvents, Op, PruneInbox, WithdrawEvent
 from hermes_actors.store.protocol import Backend, ShardReads
 
 __all__ = ["Inbox"]
@@ -49,7 +49,10 @@ class Inbox:
         op = AcceptEvent(event_id=event.event_id, session_key=session_key,
                          payload=_payload(event), internal=event.internal,
                          received_at=epoch(event.received_at), ingress_key=event.ingress_key)
-        return self._core.apply([op])[0]
+        ops: list[Op] = [op]
+        if self._core.announce is not None:  # a cluster node: wake the shard's owner
+            ops.append(self._core.announce(session_key))
+        return self._core.apply(ops)[0]
 
     def withdraw_event(self, event_id: str) -> bool:
         """Delete an unconsumed inbox event, leaving nothing of it (a message refused after

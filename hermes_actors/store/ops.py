@@ -35,6 +35,7 @@ __all__ = [
     "LedgerPrune",
     "LedgerRecord",
     "NodeValue",
+    "NotifyShard",
     "Op",
     "OutboxAppend",
     "OutboxPrune",
@@ -255,6 +256,15 @@ class FenceShard:
     epoch: int
 
 
+@dataclass
+class NotifyShard:
+    """Tell the nodes listening on ``shard``'s inbox channel, once the transaction commits,
+    that its inbox has a new row (PostgreSQL ``NOTIFY``; only a cluster node adds it, next
+    to an ``AcceptEvent``)."""
+
+    shard: int
+
+
 # -- the node's own state (§7: restart counting, the clean-shutdown marker) ------------------
 
 
@@ -288,4 +298,5 @@ Op = (
     | NodeValue
     | SetRoutingFlags
     | FenceShard
+    | NotifyShard
 )

@@ -28,6 +28,7 @@ from hermes_actors.store.deliveries import DeliveryLedger, Owner
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.node import NodeRecords
+from hermes_actors.store.ops import Op
 from hermes_actors.store.outbox import OutboxRecords
 from hermes_actors.store.protocol import Backend
 from hermes_actors.store.recovery import MarkerVerdict
@@ -146,6 +147,17 @@ class SessionStore:
     @fence.setter
     def fence(self, fence: ShardFence | None) -> None:
         self._core.fence = fence
+
+    @property
+    def announce(self) -> Callable[[str], Op] | None:
+        """A cluster node's notice of a new inbox row: ``announce(session_key)`` gives the
+        op (``NotifyShard``) that every accept carries in its transaction; ``None`` (the
+        default): accepts carry nothing more."""
+        return self._core.announce
+
+    @announce.setter
+    def announce(self, announce: Callable[[str], Op] | None) -> None:
+        self._core.announce = announce
 
     def stored_entries(self, key: str | None = None) -> list[SessionEntry]:
         """The routing entries (every one, or ``key``'s) as the database holds them now,

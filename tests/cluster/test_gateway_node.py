@@ -31,9 +31,9 @@ def nodes(postgres_dsn, tmp_path):
     adapter = InMemoryAdapter("telegram")
     started: list[Gateway] = []
 
-    def start(n: int) -> tuple[list[Gateway], InMemoryAdapter]:
+    def start(n: int, **cluster) -> tuple[list[Gateway], InMemoryAdapter]:
         for _ in range(n):
-            gw = Gateway(tmp_path / f"node{len(started)}", _config(postgres_dsn),
+            gw = Gateway(tmp_path / f"node{len(started)}", _config(postgres_dsn, **cluster),
                          adapters=[adapter])
             gw.start()
             started.append(gw)
@@ -105,6 +105,25 @@ class TestServingShards:
             gateways[0].submit(_message(chat, 1))
         _wait_replies(adapter, 6)
         assert _replies(adapter, "1") == ["echo: m0", "echo: m1"]
+
+
+class TestInboxNotices:
+    """A message accepted by another node wakes the owner at once (NOTIFY on the shard's
+    channel), long before the poll, which comes only every ``lease_ttl``."""
+
+    def test_the_owner_is_woken(self, nodes):
+        gateways, adapter = nodes(2, lease_ttl=60)
+        _wait_balanced(gateways)
+        first, second = gateways
+        chat = next(str(c) for c in range(100) if second.cluster.serves(
+            first.store.session_key_for(_message(str(c), 0).source)))
+        first.submit(_message(chat, 0))  # once answered, the owner listens (shards settled)
+        _wait_replies(adapter, 1, timeout=60)
+        before = second.cluster.statistics().woken
+        first.submit(_message(chat, 1))
+        _wait_replies(adapter, 2, timeout=20)  # the poll would have waited 60 s
+        assert _replies(adapter, chat) == ["echo: m0", "echo: m1"]
+        assert second.cluster.statistics().woken > before
 
 
 class TestFence:

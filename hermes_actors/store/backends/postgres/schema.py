@@ -49,6 +49,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "applied_version",
+    "inbox_channel",
     "migrate",
     "repair_canonical_tables",
     "schema_problems",
@@ -233,6 +234,11 @@ BEGIN
     END IF;
 END
 $$"""
+def inbox_channel(shard: int) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of ``shard``'s inbox (a plain identifier)."""
+    return f"hermes_inbox_{int(shard)}"
+
+
 #: The cluster's tables, in the order the diagnostics list them.
 CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases")
 
