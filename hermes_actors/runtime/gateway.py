@@ -33,7 +33,7 @@ from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.memory import MemoryProbe
-from hermes_actors.runtime.node_sessions import NodeSessions
+from hermes_actors.runtime.node_sessions import INTERRUPT_GRACE, NodeSessions
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
@@ -283,7 +283,9 @@ class Gateway:
         manager = LeaseManager.from_config(
             PgLeases.open(dsn), store.node_id, cluster, listener=host,
             monotonic=self.clock.monotonic,
-            handover_timeout=self.config.restart_drain_timeout + cluster.lease_ttl)
+            # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
+            handover_timeout=self.config.restart_drain_timeout + INTERRUPT_GRACE
+            + cluster.lease_ttl)
         store.fence = ShardFence(store.node_id, cluster.shards, host.tenure,
                                  on_refused=self._fenced)
         self._state = "running"

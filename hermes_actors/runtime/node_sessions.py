@@ -35,7 +35,7 @@ SHARD_LOST = "shard_lost"
 #: Seconds between looks at the turns a handover waits for.
 _DRAIN_LOOK = 0.05
 #: Seconds interrupted turns get to end before a handover goes on without them.
-_INTERRUPT_GRACE = 10.0
+INTERRUPT_GRACE = 10.0
 
 
 class NodeSessions:
@@ -85,7 +85,7 @@ class NodeSessions:
         running = self._wait(running, deadline)
         interrupted = [key for key in running
                        if router.ask(key, InterruptTurn("restart_timeout"))]
-        self._wait(interrupted, time.monotonic() + _INTERRUPT_GRACE)
+        self._wait(interrupted, time.monotonic() + INTERRUPT_GRACE)
         unfinished = [key for key in interrupted
                       if router.ask(key, DrainResult()) != "completed"]
         if unfinished and gw.store.outage is None:
