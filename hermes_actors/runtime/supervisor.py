@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import Outgoing
-from hermes_actors.errors import UnknownPlatformError
+from hermes_actors.errors import FencedError, UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
@@ -126,9 +126,10 @@ class SupervisorActor(LightActor):
                 self._delivery.attempt(Owed(None, claimed=True, kind=kind), target, text)
         return sum(kind == "recovered" for _, _, kind in unrecorded)
 
-    def _suspend_stuck(self) -> list[str]:
+    def _suspend_stuck(self, belongs: Callable[[str], bool] | None = None) -> list[str]:
         threshold = self._config.stuck_loop_threshold
-        stuck = sorted(k for k, n in self._counts.items() if n >= threshold)
+        stuck = sorted(k for k, n in self._counts.items()
+                       if n >= threshold and (belongs is None or belongs(k)))
         for key in stuck:
             if self._store.suspend_session(key):
                 self._suspensions += 1
@@ -164,7 +165,9 @@ class SupervisorActor(LightActor):
         report = RecoveryReport(clean_shutdown=False)
         report.recovered_replies = self._recover_unclean_sessions(belongs)
         report.redelivered = self.sweep_ledger(belongs)
-        report.suspended = self._suspend_stuck()
+        # only this pass's sessions: a count kept from an earlier tenure of another shard
+        # is not this node's to act on now (its writes there would be fenced)
+        report.suspended = self._suspend_stuck(belongs)
         agent = self._config.agent
         candidates = auto_continue_candidates(
             self._store.flagged_sessions(belongs), self._clock.time(),
@@ -210,7 +213,10 @@ class SupervisorActor(LightActor):
     def drain_finished(self, interrupted: list[str], reason: str) -> None:
         """At stop: mark sessions interrupted at the drain deadline and count the restart."""
         for key in interrupted:
-            self._store.mark_resume_pending(key, reason)
+            try:
+                self._store.mark_resume_pending(key, reason)
+            except FencedError:  # a cluster node lost the shard meanwhile: its new owner
+                continue         # judges the session's marker
         self._drain_timeouts += len(interrupted)
         crashpoint("during_drain")
         self._write_counts(next_restart_counts(self._counts, interrupted))

@@ -229,3 +229,38 @@ class TestRecoveryRetried:
         assert made.statistics().serving == 0
         made._recover_due()
         assert made.statistics().serving == 1 and len(calls) == 2
+
+
+class TestShardRecovery:
+    """The supervisor's recovery of some sessions acts on those sessions only."""
+
+    def test_only_the_picked_sessions_are_suspended(self, tmp_path):
+        from hermes_actors import Gateway, InMemoryAdapter
+
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(tmp_path / "home", adapters=[adapter])
+        gw.start()
+        try:
+            keys = []
+            for chat in ("1", "2"):
+                event = MessageEvent(source=SessionSource("telegram", chat_id=chat), text="hi")
+                gw.submit(event)
+                keys.append(gw.store.session_key_for(event.source))
+            assert gw.wait_idle(30)
+            threshold = gw.config.stuck_loop_threshold
+            # the first is mid-turn (its count reaches the threshold in this recovery); the
+            # second's count is at the threshold, but it is not among the picked sessions
+            gw.store.mark_turn_active(keys[0])
+            gw.store.write_restart_counts({keys[0]: threshold - 1, keys[1]: threshold})
+            from hermes_actors.runtime.supervisor import SupervisorActor
+
+            supervisor = SupervisorActor.start(gw.store, gw.config, gw.clock,
+                                               gw._services.delivery).proxy()
+            try:
+                report, _ = supervisor.recover_shard(lambda key: key == keys[0]).get()
+            finally:
+                supervisor.actor_ref.stop()
+            assert report.suspended == [keys[0]]
+            assert gw.store.get(keys[0]).suspended and not gw.store.get(keys[1]).suspended
+        finally:
+            gw.stop()
