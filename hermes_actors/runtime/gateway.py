@@ -33,7 +33,7 @@ from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.memory import MemoryProbe
-from hermes_actors.runtime.node_sessions import INTERRUPT_GRACE, NodeSessions
+from hermes_actors.runtime.node_sessions import start_node
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
@@ -50,7 +50,6 @@ from hermes_actors.runtime.session_actor import (
 )
 from hermes_actors.runtime.shard_host import ShardHost
 from hermes_actors.runtime.supervisor import SupervisorActor
-from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.store import SessionStore
 
 __all__ = ["Admission", "Gateway"]
@@ -266,43 +265,12 @@ class Gateway:
     def _start_node(self) -> RecoveryReport:
         """Start as a cluster node: no recovery of the whole store (other nodes serve their
         shards); each shard is recovered when its lease is gained (``runtime/shard_host``)."""
-        from hermes_actors.cluster.membership import LeaseManager
-        from hermes_actors.store.backends.postgres.leases import PgLeases
-        from hermes_actors.store.backends.postgres.listen import InboxNotices
-        from hermes_actors.store.ops import NotifyShard
-
-        cluster = self.config.cluster
-        store = self.store
-        dsn = str(self.config.store.dsn)
-        # New inbox rows are announced (NOTIFY) to the shard's owner; the poll, every
-        # lease_ttl, is the net under lost notifications.
-        host = self.cluster = ShardHost(NodeSessions(self), self._lock, cluster.shards,
-                                        poll_interval=cluster.lease_ttl)
-        host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
-        store.announce = lambda key: NotifyShard(host.shard_of(key))
-        manager = LeaseManager.from_config(
-            PgLeases.open(dsn), store.node_id, cluster, listener=host,
-            monotonic=self.clock.monotonic,
-            # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
-            handover_timeout=self.config.restart_drain_timeout + INTERRUPT_GRACE
-            + cluster.lease_ttl)
-        store.fence = ShardFence(store.node_id, cluster.shards, host.tenure,
-                                 on_refused=self._fenced)
         self._state = "running"
         with self._lock:
             self._gate_open = True
-        host.start(manager)
+        self.cluster = start_node(self, self._lock)
         self._start_housekeeping()
-        report = RecoveryReport()
-        log.info("event=cluster_node node=%s shards=%d: each shard is recovered when gained",
-                 store.node_id, cluster.shards)
-        return report
-
-    def _fenced(self, shard: int, epoch: int | None) -> None:
-        """A write for ``shard`` was refused: drop the shard at once (its actors stop)."""
-        log.warning("event=cluster_write_fenced shard=%d epoch=%s", shard, epoch)
-        if epoch is not None and self.cluster is not None:
-            self.cluster.manager.drop(shard, epoch)
+        return RecoveryReport()
 
     def stop(self, drain_timeout: float | None = None, restarting: bool = False) -> None:
         """Stop gracefully: drain running turns up to ``drain_timeout`` seconds, interrupt
@@ -443,7 +411,8 @@ class Gateway:
         answer = None
         if self.cluster is not None:
             # Durable in the shared inbox: its shard's owner dispatches it, in arrival
-            # order (here now when this node serves the shard, else at the owner's poll).
+            # order (here now when this node serves the shard, else the owner, woken by
+            # the accept's NOTIFY or at its poll).
             if self.cluster.serves(key):
                 try:
                     answer = self.cluster.catch_up(event.event_id if refusable else None)

@@ -1,7 +1,8 @@
-"""``NodeSessions``: what a cluster node's :class:`~.shard_host.ShardHost` asks of its
-gateway — recovery of one shard's sessions, their inbox, their actors started, drained and
-stopped — carried out with the gateway's own parts (the supervisor's recovery with a key
-filter, the router, the drain of ``stop()`` restricted to some keys).
+"""``start_node`` makes a started gateway a cluster node; ``NodeSessions`` is what its
+:class:`~.shard_host.ShardHost` asks of the gateway — recovery of one shard's sessions,
+their inbox, their actors started, drained and stopped — carried out with the gateway's
+own parts (the supervisor's recovery with a key filter, the router, the drain of
+``stop()`` restricted to some keys).
 
 Kept out of :mod:`.gateway` so that the facade stays the lifecycle of one process; this is
 the lifecycle of one shard inside it.
@@ -25,8 +26,11 @@ from hermes_actors.runtime.session_actor import (
     InterruptTurn,
     StopAccepting,
 )
+from hermes_actors.runtime.shard_host import ShardHost
+from hermes_actors.store.fencing import ShardFence
+from hermes_actors.store.ops import NotifyShard
 
-__all__ = ["NodeSessions"]
+__all__ = ["NodeSessions", "start_node"]
 
 log = logging.getLogger("hermes_actors.cluster")
 
@@ -36,6 +40,40 @@ SHARD_LOST = "shard_lost"
 _DRAIN_LOOK = 0.05
 #: Seconds interrupted turns get to end before a handover goes on without them.
 INTERRUPT_GRACE = 10.0
+
+
+def start_node(gateway: Any, lock: Any) -> ShardHost:
+    """Make a started gateway a cluster node: its store's fence and inbox notices, its
+    :class:`~.shard_host.ShardHost` and lease manager, running (returned)."""
+    from hermes_actors.cluster.membership import LeaseManager
+    from hermes_actors.store.backends.postgres.leases import PgLeases
+    from hermes_actors.store.backends.postgres.listen import InboxNotices
+
+    config, store = gateway.config, gateway.store
+    cluster, dsn = config.cluster, str(config.store.dsn)
+    # New inbox rows are announced (NOTIFY) to the shard's owner; the poll, every
+    # lease_ttl, is the net under lost notifications.
+    host = ShardHost(NodeSessions(gateway), lock, cluster.shards,
+                     poll_interval=cluster.lease_ttl)
+    host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
+    store.announce = lambda key: NotifyShard(host.shard_of(key))
+    manager = LeaseManager.from_config(
+        PgLeases.open(dsn), store.node_id, cluster, listener=host,
+        monotonic=gateway.clock.monotonic,
+        # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
+        handover_timeout=config.restart_drain_timeout + INTERRUPT_GRACE + cluster.lease_ttl)
+
+    def fenced(shard: int, epoch: int | None) -> None:
+        # a write for the shard was refused: drop it at once (its actors stop)
+        log.warning("event=cluster_write_fenced shard=%d epoch=%s", shard, epoch)
+        if epoch is not None:
+            manager.drop(shard, epoch)
+
+    store.fence = ShardFence(store.node_id, cluster.shards, host.tenure, on_refused=fenced)
+    host.start(manager)
+    log.info("event=cluster_node node=%s shards=%d: each shard is recovered when gained",
+             store.node_id, cluster.shards)
+    return host
 
 
 class NodeSessions:
