@@ -65,6 +65,10 @@ class FencedError(StoreError):
         #: The tenure the write carried (``None``: the node held the shard under none).
         self.epoch = epoch
 
+    def __reduce__(self) -> tuple:
+        # pickled whole (a writer in another process reports it to its parent)
+        return (type(self), (str(self), self.shard, self.epoch))
+
 
 class StoreUnavailableError(StoreError):
     """The store's database cannot be opened or written (the message says why): an embedded

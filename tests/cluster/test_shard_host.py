@@ -264,3 +264,13 @@ class TestShardRecovery:
             assert gw.store.get(keys[0]).suspended and not gw.store.get(keys[1]).suspended
         finally:
             gw.stop()
+
+
+class TestFencedError:
+    """A refusal keeps its shard and epoch across a process boundary (pickled)."""
+
+    def test_pickles_whole(self):
+        import pickle
+
+        again = pickle.loads(pickle.dumps(FencedError("refused", 3, 7)))
+        assert (str(again), again.shard, again.epoch) == ("refused", 3, 7)
