@@ -181,11 +181,16 @@ class ShardHost(ShardListener):
         with self._due_lock:
             if self._due.get(shard) == epoch:
                 del self._due[shard]
+        # Nothing is dispatched for the shard from now on (every dispatch asks the manager
+        # first); the rest takes the gateway's lock, so it runs on a greenlet of its own.
+        spawn(lambda: self._on_lost(shard, epoch, reason), f"cluster-lost-{shard}")
+
+    def _on_lost(self, shard: int, epoch: int, reason: str) -> None:
         if not self._stop_serving(shard, epoch):
             return
         if reason != "released":
             self._lost += 1
-            spawn(lambda: self._stop_actors(shard), f"cluster-lost-{shard}")
+            self._stop_actors(shard)
         self._notify()
 
     def handover(self, shard: int, epoch: int, done: Callable[[], None]) -> None:
@@ -257,17 +262,18 @@ class ShardHost(ShardListener):
         dispatched yet, in arrival order; returns the answer future of the event
         ``refusable`` names when it was dispatched here (asked, so it may be refused)."""
         with self._lock:
-            if not self._serving:
+            serving = self.belongs()
+            if not serving.wanted:
                 return None
             this_pass = self._pass = self._pass + 1
-            serving = ShardSet(self.shards, frozenset(self._serving))
         pending = self._gateway.pending_inbox(serving)
         answer = None
         with self._lock:
+            held = self.belongs().wanted  # lost meanwhile: not dispatched
             unconsumed: dict[int, set[str]] = {}
             for key, event in pending:
                 shard = self.shard_of(key)
-                if shard not in self._serving:
+                if shard not in held:
                     continue
                 unconsumed.setdefault(shard, set()).add(event.event_id)
                 if event.event_id in self._dispatched[shard]:
