@@ -240,9 +240,13 @@ class ShardHost(ShardListener):
             with self._due_lock:  # tried again at the next pass, while still held
                 self._due = {**due, **self._due}
             raise
+        # Read before the shard serves, outside the lock: whatever comes after this read is
+        # dispatched by the next catch-up, after these (it dispatches in arrival order
+        # everything not dispatched yet).
+        previous = self._gateway.pending_inbox(belongs)
         with self._lock:
             live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
-            previous = self._gateway.pending_inbox(ShardSet(self.shards, frozenset(live)))
+            previous = [(k, ev) for k, ev in previous if self.shard_of(k) in live]
             ours = [c for c in candidates if self.shard_of(c.session_key) in live]
             events, resumed = plan_startup_dispatch(ours, previous)
             for shard, epoch in live.items():
@@ -252,6 +256,7 @@ class ShardHost(ShardListener):
                 self._dispatch(key, event, False)
             self._listen()
         self._gained += len(live)
+        self._wake.set()  # a catch-up for what came after the read
         report.resumed, report.replayed_inbox = resumed, len(previous)
         log.info("event=cluster_shards_serving shards=%s %s", shard_ranges(live),
                  report.summary())
