@@ -78,7 +78,7 @@ def soak(dsn: str, minutes: float, every: float, seed: int) -> int:
             halt.set()
             sender.join(timeout=120)
             try:
-                until(cluster.settled, "every acknowledged message answered", timeout=120)
+                cluster.wait_settled(timeout=120)
             except AssertionError as exc:
                 print(exc, flush=True)
             verdict = cluster.verdict()

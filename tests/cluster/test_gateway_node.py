@@ -126,6 +126,38 @@ class TestInboxNotices:
         assert second.cluster.statistics().woken > before
 
 
+class TestPausedInsideAWrite:
+    """A node paused inside a write holds its fence's share lock on a lease row; the server
+    ends that transaction after ``lease_ttl`` idle (the writer's
+    ``idle_in_transaction_session_timeout``), so another node can take the shard."""
+
+    def test_the_lock_goes_and_the_shard_is_taken(self, nodes):
+        (first,), _ = nodes(1)
+        assert first.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        shard, epoch = 0, first.cluster.tenure(0)
+        # A connection set up as the writer's, stopped between its fence and its COMMIT.
+        stuck = first.store.backend._server.connect(writer=True)
+        stuck.execute("BEGIN")
+        stuck.execute("SELECT cluster_fence(%s, %s, %s)", (shard, first.store.node_id, epoch))
+        first.cluster.manager.halt()  # and the node renews nothing any more
+        gateways, _ = nodes(1)
+        second = gateways[1]
+        assert second.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30), \
+            second.stats()["cluster"]
+        assert stuck.closed or stuck.broken or _ended(stuck)
+
+
+def _ended(conn) -> bool:
+    """Whether the server ended ``conn``'s session (the next statement fails)."""
+    import psycopg
+
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return True
+    return False
+
+
 class TestFence:
     """A write of a tenure that ended is refused by the database, fails only its own op
     list, is counted, and makes the node drop the shard."""

@@ -93,6 +93,11 @@ class Cluster:
                     " AND expires_at >= extract(epoch FROM now())")
         return dict(rows)
 
+    def held_by_others(self, i: int) -> bool:
+        """Every shard held (a valid lease), none by node ``i``."""
+        owners = self.owners()
+        return len(owners) == SHARDS and self.ids[i] not in owners.values()
+
     def balanced(self) -> bool:
         owners = self.owners()
         live = {self.ids[i] for i in range(len(self.nodes)) if i not in self.down}
@@ -156,9 +161,22 @@ class Cluster:
             self.post(chat, SLOW)
         return theirs
 
+    def wait_settled(self, timeout: float = 60) -> None:
+        """Until every acknowledged message is answered; else fail saying which are not,
+        with the leases and the nodes' last log lines."""
+        try:
+            until(self.settled, "every acknowledged message answered", timeout=timeout)
+        except AssertionError:
+            verdict = self.verdict()
+            lost = [(m.chat, m.text, m.event_id) for m in self.accepted
+                    if m.event_id in set(verdict.lost)]
+            logs = {i: n.stderr.text().splitlines()[-15:] for i, n in enumerate(self.nodes)}
+            raise AssertionError(f"unanswered: {lost}; leases: {self.owners()}; nodes: "
+                                 f"{self.ids}; logs: {logs}") from None
+
     def judged(self) -> Verdict:
         """Once every acknowledged message is answered: the verdict, which must be ok."""
-        until(self.settled, "every acknowledged message answered", timeout=60)
+        self.wait_settled()
         verdict = self.verdict()
         print("verdict:", verdict.line())
         assert verdict.ok, verdict

@@ -64,10 +64,10 @@ class TestNodePaused:
         cluster.down.add(victim)
         try:
             # Its leases expire on the database's clock; the others take the shards.
-            until(lambda: cluster.ids[victim] not in cluster.owners().values(),
-                   "the paused node's leases taken over", timeout=30)
+            until(lambda: cluster.held_by_others(victim),
+                  "the paused node's shards taken by the others", timeout=30)
             traffic(cluster, 1, lambda chat, n: f"meanwhile {chat}")
-            until(cluster.settled, "every acknowledged message answered", timeout=60)
+            cluster.wait_settled()
         finally:
             # Paused past lease_ttl, so past its sleeping turns too: they end on resuming.
             paused.signal(signal.SIGCONT)
