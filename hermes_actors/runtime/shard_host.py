@@ -17,9 +17,12 @@ the gateway: it hears the :class:`~hermes_actors.cluster.events.ShardListener` c
 dispatches an event straight from its ``POST``: an accepted event of a serving shard makes
 the node read the unconsumed inbox (:meth:`catch_up`) and dispatch everything of its
 shards not dispatched yet, oldest first, so a message accepted by another node a moment
-earlier goes first. Which events were dispatched is remembered per shard (with the pass
-that dispatched them), and forgotten once a later read no longer finds them unconsumed;
-every decision is taken under the gateway's lock, so an event is dispatched once.
+earlier goes first. Which events were dispatched is remembered per shard and forgotten
+once a later read no longer finds them unconsumed. Passes (a read and its dispatch) run one
+at a time: two reads on two pooled connections may run in either order on the server, and
+a consumed event forgotten after the newer read must not be dispatched again from the
+older one (a test of the cluster under load found exactly that). Dispatch decisions are
+taken under the gateway's lock as well, so ingress and the drains see one order.
 
 Rejected: dispatching accepted events directly on their owner (cheaper by one read per
 message, but a message accepted elsewhere just before would be overtaken) and a separate
@@ -99,9 +102,10 @@ class ShardHost(ShardListener):
         #: The lease manager (set by :meth:`start`).
         self.manager: Any = None
         self._serving: dict[int, int] = {}
-        #: shard -> {event id: the pass that dispatched it}
-        self._dispatched: dict[int, dict[str, int]] = {}
-        self._pass = 0
+        #: shard -> ids of the events dispatched and not yet seen consumed
+        self._dispatched: dict[int, set[str]] = {}
+        #: One pass (an inbox read and its dispatch) at a time (module docstring).
+        self._passes = threading.Lock()
         self._due: dict[int, int] = {}  # gained, not recovered yet
         self._due_lock = threading.Lock()
         self._wake = threading.Event()
@@ -240,21 +244,21 @@ class ShardHost(ShardListener):
             with self._due_lock:  # tried again at the next pass, while still held
                 self._due = {**due, **self._due}
             raise
-        # Read before the shard serves, outside the lock: whatever comes after this read is
-        # dispatched by the next catch-up, after these (it dispatches in arrival order
-        # everything not dispatched yet).
-        previous = self._gateway.pending_inbox(belongs)
-        with self._lock:
-            live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
-            previous = [(k, ev) for k, ev in previous if self.shard_of(k) in live]
-            ours = [c for c in candidates if self.shard_of(c.session_key) in live]
-            events, resumed = plan_startup_dispatch(ours, previous)
-            for shard, epoch in live.items():
-                self._serving[shard] = epoch
-                self._dispatched[shard] = {}
-            for key, event in events:
-                self._dispatch(key, event, False)
-            self._listen()
+        with self._passes:
+            # Read before the shard serves: what comes after the read is dispatched by the
+            # next pass, after these (it dispatches, in arrival order, all not dispatched).
+            previous = self._gateway.pending_inbox(belongs)
+            with self._lock:
+                live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+                previous = [(k, ev) for k, ev in previous if self.shard_of(k) in live]
+                ours = [c for c in candidates if self.shard_of(c.session_key) in live]
+                events, resumed = plan_startup_dispatch(ours, previous)
+                for shard, epoch in live.items():
+                    self._serving[shard] = epoch
+                    self._dispatched[shard] = set()
+                for key, event in events:
+                    self._dispatch(key, event, False)
+                self._listen()
         self._gained += len(live)
         self._wake.set()  # a catch-up for what came after the read
         report.resumed, report.replayed_inbox = resumed, len(previous)
@@ -266,35 +270,34 @@ class ShardHost(ShardListener):
         """Dispatch every unconsumed inbox event of the served shards that was not
         dispatched yet, in arrival order; returns the answer future of the event
         ``refusable`` names when it was dispatched here (asked, so it may be refused)."""
-        with self._lock:
-            serving = self.belongs()
+        with self._passes:
+            with self._lock:
+                serving = self.belongs()
             if not serving.wanted:
                 return None
-            this_pass = self._pass = self._pass + 1
-        pending = self._gateway.pending_inbox(serving)
-        answer = None
-        with self._lock:
-            held = self.belongs().wanted  # lost meanwhile: not dispatched
-            unconsumed: dict[int, set[str]] = {}
-            for key, event in pending:
-                shard = self.shard_of(key)
-                if shard not in held:
-                    continue
-                unconsumed.setdefault(shard, set()).add(event.event_id)
-                if event.event_id in self._dispatched[shard]:
-                    continue
-                future = self._dispatch(key, event, event.event_id == refusable)
-                if event.event_id == refusable:
-                    answer = future
-            for shard, seen in self._dispatched.items():
-                still = unconsumed.get(shard, set())
-                for event_id in [e for e, p in seen.items() if p < this_pass and e not in still]:
-                    del seen[event_id]
-        return answer
+            pending = self._gateway.pending_inbox(serving)
+            answer = None
+            with self._lock:
+                held = self.belongs().wanted & serving.wanted  # lost meanwhile: not
+                unconsumed: dict[int, set[str]] = {shard: set() for shard in held}
+                for key, event in pending:
+                    shard = self.shard_of(key)
+                    if shard not in held:
+                        continue
+                    unconsumed[shard].add(event.event_id)
+                    if event.event_id in self._dispatched[shard]:
+                        continue
+                    future = self._dispatch(key, event, event.event_id == refusable)
+                    if event.event_id == refusable:
+                        answer = future
+                for shard, still in unconsumed.items():
+                    # consumed (or withdrawn) events are never pending again
+                    self._dispatched[shard] &= still
+            return answer
 
     def _dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Under the lock: remember the event as dispatched, then hand it on."""
-        self._dispatched[self.shard_of(key)][event.event_id] = self._pass
+        self._dispatched[self.shard_of(key)].add(event.event_id)
         self._dispatch_count += 1
         return self._gateway.dispatch(key, event, refusable)
 

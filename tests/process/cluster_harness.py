@@ -179,8 +179,23 @@ class Cluster:
         self.wait_settled()
         verdict = self.verdict()
         print("verdict:", verdict.line())
-        assert verdict.ok, verdict
+        assert verdict.ok, (verdict, self._explain(verdict))
         return verdict
+
+    def _explain(self, verdict: Verdict) -> dict[str, object]:
+        """The messages and outbox rows of the chats a verdict complains about."""
+        wrong = set(verdict.lost) | set(verdict.duplicated)
+        chats = {m.chat for m in self.accepted if m.event_id in wrong}
+        chats |= set(verdict.out_of_order)
+        out: dict[str, object] = {
+            chat: {"shard": shard_of(_key(chat), SHARDS),
+                   "sent": [(m.event_id, m.text) for m in self.accepted if m.chat == chat],
+                   "outbox": self.outbox(chat)} for chat in sorted(chats)}
+        out["nodes"] = self.ids
+        out["logs"] = {i: [line for line in n.stderr.text().splitlines()
+                           if "event=cluster" in line or "turn" in line]
+                       for i, n in enumerate(self.nodes)}
+        return out
 
     def stop(self) -> None:
         for i, node in enumerate(self.nodes):
