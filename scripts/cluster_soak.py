@@ -31,28 +31,31 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the harness lives with the process tests
 sys.path.insert(0, str(ROOT))
 
-from process.cluster_harness import CHATS, LEASE_TTL, SLOW, Cluster, until  # noqa: E402
+from process.cluster_harness import CHATS, LEASE_TTL, Cluster, until  # noqa: E402
 
 
-def _sender(cluster: Cluster, halt: threading.Event, failures: list[BaseException]) -> None:
-    """Posts round the chats until ``halt``; one message in ten is a slow turn."""
+def _sender(cluster: Cluster, halt: threading.Event, failures: list[BaseException],
+            rate: float) -> None:
+    """Posts round the chats until ``halt``, ``rate`` messages a second at most; one in ten
+    is a slow turn (its text unique, so that a continuation names it: ``sleep 1.00042``)."""
     n = 0
     try:
-        while not halt.is_set():
+        while not halt.wait(1.0 / rate):
             chat = CHATS[n % len(CHATS)]
-            cluster.post(chat, SLOW if n % 10 == 3 else f"m{n} for {chat}")
+            cluster.post(chat, f"sleep 1.{n:05d}" if n % 10 == 3 else f"m{n} for {chat}")
             n += 1
     except BaseException as exc:  # noqa: BLE001 - reported at the end
         failures.append(exc)
 
 
-def soak(dsn: str, minutes: float, every: float, seed: int) -> int:
+def soak(dsn: str, minutes: float, every: float, seed: int, rate: float) -> int:
     rnd = random.Random(seed)
     kills = pauses = 0
     with tempfile.TemporaryDirectory(prefix="cluster-soak-") as tmp:
         cluster = Cluster(dsn, Path(tmp))
         halt, failures = threading.Event(), []
-        sender = threading.Thread(target=_sender, args=(cluster, halt, failures), daemon=True)
+        sender = threading.Thread(target=_sender, args=(cluster, halt, failures, rate),
+                                  daemon=True)
         try:
             until(cluster.balanced, "the shards spread over the nodes", timeout=60)
             sender.start()
@@ -78,7 +81,7 @@ def soak(dsn: str, minutes: float, every: float, seed: int) -> int:
             halt.set()
             sender.join(timeout=120)
             try:
-                cluster.wait_settled(timeout=120)
+                cluster.wait_settled(timeout=300)
             except AssertionError as exc:
                 print(exc, flush=True)
             verdict = cluster.verdict()
@@ -98,15 +101,17 @@ def main() -> int:
                    help="mean seconds between node failures (default 20)")
     p.add_argument("--dsn", help="a PostgreSQL database to use (default: a throw-away server)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rate", type=float, default=20.0,
+                   help="messages a second the client sends at most (default 20)")
     args = p.parse_args()
     if args.dsn:
-        return soak(args.dsn, args.minutes, args.every, args.seed)
+        return soak(args.dsn, args.minutes, args.every, args.seed, args.rate)
     from hermes_actors.testing.postgres import start_test_server
 
     server = start_test_server()
     try:
         with server.database() as dsn:
-            return soak(dsn, args.minutes, args.every, args.seed)
+            return soak(dsn, args.minutes, args.every, args.seed, args.rate)
     finally:
         server.stop()
 
