@@ -86,8 +86,16 @@ def soak(dsn: str, minutes: float, every: float, seed: int, rate: float) -> int:
                 print(exc, flush=True)
             verdict = cluster.verdict()
             cluster.stop()
+            suspended = cluster.log_lines("session suspended")
     if failures:
         print(f"the client failed: {failures[0]!r}")
+    lost = {(m.chat, m.text) for m in cluster.accepted if m.event_id in set(verdict.lost)}
+    print(f"lost: {sorted(lost)}")
+    # the stuck-loop guard suspends a session interrupted across 3 restarts: its
+    # interrupted turn is not continued (§7), which the verdict counts as lost
+    print(f"sessions suspended by the stuck-loop guard: {len(suspended)}")
+    for line in suspended:
+        print("  " + line[line.index("session suspended"):])
     print(f"cluster soak: {minutes:g} min, {kills + pauses} node failures ({kills} kills, "
           f"{pauses} pauses), {len(verdict.lost)} lost, {len(verdict.duplicated)} "
           f"duplicated: {verdict.line()}")

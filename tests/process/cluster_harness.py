@@ -67,6 +67,8 @@ class Cluster:
         self._tmp = tmp_path
         self.nodes: list[GatewayProcess] = []
         self.ids: list[str] = []
+        #: The logs of node processes killed and started again (``restart``).
+        self.retired_logs: list[str] = []
         for _ in range(count):
             self.add()
         self.accepted: list[Accepted] = []
@@ -84,8 +86,15 @@ class Cluster:
     def restart(self, i: int) -> None:
         """Start node ``i`` again on its home (after a kill), serving traffic again."""
         self.nodes[i].kill()
+        self.retired_logs.append(self.nodes[i].stderr.text())
         self.nodes[i] = GatewayProcess(self.nodes[i].home, env=_env(self.dsn))
         self.down.discard(i)
+
+    def log_lines(self, needle: str) -> list[str]:
+        """Every line of every node process so far (restarted ones too) holding
+        ``needle``."""
+        texts = [*self.retired_logs, *(n.stderr.text() for n in self.nodes)]
+        return [line for text in texts for line in text.splitlines() if needle in line]
 
     def owners(self) -> dict[int, str]:
         """shard -> owner, of the leases valid now (the database's clock)."""
