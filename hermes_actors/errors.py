@@ -10,6 +10,7 @@ __all__ = [
     "CommandFailed",
     "ConfigError",
     "ConfigWarning",
+    "FencedError",
     "HermesActorsError",
     "HomeInUseError",
     "StoreError",
@@ -50,6 +51,23 @@ class HomeInUseError(HermesActorsError):
 
 class StoreError(HermesActorsError):
     """The session store could not do what was asked (the message says why)."""
+
+
+class FencedError(StoreError):
+    """A cluster node's write for a session of ``shard`` was refused because the node no
+    longer holds the shard under ``epoch`` (its lease expired or another node took it): the
+    write's transaction did nothing, and the node must stop serving the shard."""
+
+    def __init__(self, message: str, shard: int, epoch: int | None) -> None:
+        super().__init__(message)
+        #: The shard whose tenure was refused.
+        self.shard = shard
+        #: The tenure the write carried (``None``: the node held the shard under none).
+        self.epoch = epoch
+
+    def __reduce__(self) -> tuple:
+        # pickled whole (a writer in another process reports it to its parent)
+        return (type(self), (str(self), self.shard, self.epoch))
 
 
 class StoreUnavailableError(StoreError):

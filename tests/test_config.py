@@ -521,11 +521,3 @@ class TestClusterKeys:
     def test_times_must_be_positive(self, key):
         with pytest.raises(ConfigError, match=f"'cluster.{key}'"):
             load_quietly({"cluster": {key: 0}})
-
-    def test_a_gateway_does_not_run_as_a_cluster_node_yet(self, tmp_path):
-        from hermes_actors import Gateway
-
-        config = load_config({"store": self.POSTGRES, "cluster": {"enabled": True}}, env={})
-        with pytest.raises(ConfigError, match="'cluster.enabled': this version of the gateway"):
-            Gateway(tmp_path / "home", config=config).start()
-        assert not (tmp_path / "home").exists()  # refused before the home was touched

@@ -283,6 +283,7 @@ class HttpApi:
         body: dict[str, Any] = {"status": status, "pid": os.getpid()}
         if self._gw.running:
             body["degraded"] = bool(self._gw.store.degraded)
+            body["node_id"] = self._gw.store.node_id
         return _json(200 if running else 503, body)
 
     def _metrics(self, request: _Request) -> _Response:
@@ -339,7 +340,7 @@ class HttpApi:
 
     def _list_sessions(self, request: _Request) -> _Response:
         limit = parse_count(parse_query(request.query))
-        entries = self._gw.store.list_sessions()
+        entries = self._gw.list_sessions()
         entries.sort(key=_recency, reverse=True)
         return _json(200, {
             "count": len(entries),
@@ -348,7 +349,7 @@ class HttpApi:
 
     def _get_session(self, request: _Request) -> _Response:
         key = request.path[len(_SESSIONS_PREFIX):]
-        entry = self._gw.store.get(key) if key else None
+        entry = self._gw.session_entry(key) if key else None
         if entry is None:
             raise RequestError(404, f"no session with key {key!r}")
         tail = parse_count(parse_query(request.query), "tail", default=20, minimum=0)

@@ -89,6 +89,8 @@ class _GatewayCollector(Collector):
         yield from self._cache(stats.get("cache") or {})
         yield from self._supervisor(stats.get("supervisor") or {})
         yield from self._recovery()
+        if stats.get("cluster"):
+            yield from self._cluster(stats["cluster"])
         if running:
             yield from self._store()
         if self._outbox is not None:
@@ -96,6 +98,23 @@ class _GatewayCollector(Collector):
                 "hermes_outbox_appended", "Replies appended to the HTTP outbox by this process.",
                 value=float(self._outbox.appended),
             )
+
+    def _cluster(self, cluster: dict[str, Any]) -> Iterator[Metric]:
+        """A cluster node's shards and fenced writes (docs/cluster.md)."""
+        yield GaugeMetricFamily("hermes_cluster_shards_owned",
+                                "Shards this node serves now.", value=cluster["serving"])
+        for key, doc in (("gained", "Shards gained (and recovered) since start."),
+                         ("lost", "Shards lost since start (expired, fenced, halted)."),
+                         ("handovers", "Shards handed over to other nodes since start.")):
+            yield CounterMetricFamily(f"hermes_cluster_shards_{key}", doc, value=cluster[key])
+        fence = cluster.get("fence") or {}
+        family = CounterMetricFamily(
+            "hermes_cluster_fenced_writes",
+            "Writes refused because this node no longer held their shard, by where.",
+            labels=["where"])
+        family.add_metric(["local"], float(fence.get("refused_locally", 0)))
+        family.add_metric(["database"], float(fence.get("refused_by_database", 0)))
+        yield family
 
     def _runtime(self, stats: dict[str, Any]) -> Iterator[Metric]:
         gauges = (

@@ -24,10 +24,11 @@ shards under running nodes; it must never change (the known answers in the tests
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from hermes_actors.config import MAX_SHARDS
 
-__all__ = ["MAX_SHARDS", "SQL_FUNCTION", "check_shard_count", "shard_of"]
+__all__ = ["MAX_SHARDS", "SQL_FUNCTION", "ShardSet", "check_shard_count", "shard_of"]
 
 #: The database function computing :func:`shard_of` (created by the lease migration).
 SQL_FUNCTION = "cluster_shard"
@@ -46,3 +47,18 @@ def shard_of(session_key: str, shards: int) -> int:
     check_shard_count(shards)
     digest = hashlib.sha256(session_key.encode("utf-8")).digest()
     return int.from_bytes(digest[:4], "big") % shards
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """Some shards of a cluster of ``total`` shards; called with a session key, whether the key's
+    shard is among them (a key filter that a database can also apply, with
+    ``cluster_shard(key, total) = ANY(wanted)``)."""
+
+    #: The cluster's shard count.
+    total: int
+    #: The shards wanted.
+    wanted: frozenset[int]
+
+    def __call__(self, session_key: str) -> bool:
+        return shard_of(session_key, self.total) in self.wanted

@@ -21,7 +21,7 @@ import pykka
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import ConfigError, HermesActorsError, StoreUnavailableError
+from hermes_actors.errors import HermesActorsError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor
@@ -33,6 +33,7 @@ from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.memory import MemoryProbe
+from hermes_actors.runtime.node_sessions import start_node
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
@@ -47,6 +48,7 @@ from hermes_actors.runtime.session_actor import (
     SessionActor,
     StopAccepting,
 )
+from hermes_actors.runtime.shard_host import ShardHost
 from hermes_actors.runtime.supervisor import SupervisorActor
 from hermes_actors.store.store import SessionStore
 
@@ -126,6 +128,8 @@ class Gateway:
         self._supervisor: Any = None
         self._watcher: Watcher | None = None
         self._counted: frozenset[str] = frozenset()
+        #: A cluster node's shards (``cluster.enabled``), or ``None``.
+        self.cluster: ShardHost | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -185,14 +189,6 @@ class Gateway:
         written (no recovery, no marker)."""
         if self._state != "new":
             raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
-        if self.config.cluster.enabled:
-            # The leases exist (hermes_actors.cluster); serving only the owned shards' sessions
-            # does not yet. Running as a plain node would let two gateways serve one session.
-            raise ConfigError(
-                "config key 'cluster.enabled': this version of the gateway cannot run as a "
-                "cluster node yet (the shard leases are in place, serving only the sessions "
-                "of owned shards is not); set cluster.enabled: false and run one gateway "
-                "per database")
         self.claim_home()
         try:
             return self._start()
@@ -238,6 +234,8 @@ class Gateway:
         self._supervisor = SupervisorActor.start(
             self._store, self.config, self.clock, delivery
         ).proxy()
+        if self.config.cluster.enabled:
+            return self._start_node()
         # The previous run's unconsumed events are read before any new submit is accepted;
         # what arrives during recovery is held (durable already) and dispatched after them.
         previous = self._store.pending_inbox()
@@ -254,12 +252,25 @@ class Gateway:
             report.replayed_inbox = len(previous)
             self._held.clear()
             self._gate_open = True
+        self._start_housekeeping()
+        log.info(report.summary())
+        return report
+
+    def _start_housekeeping(self) -> None:
         self._schedule = HousekeepingSchedule(self.config.housekeeping, self.clock.monotonic())
         if isinstance(self.clock, SystemClock):
             self._watcher = Watcher(self._schedule, self.clock, self.housekeeping_tick)
             self._watcher.start()
-        log.info(report.summary())
-        return report
+
+    def _start_node(self) -> RecoveryReport:
+        """Start as a cluster node: no recovery of the whole store (other nodes serve their
+        shards); each shard is recovered when its lease is gained (``runtime/shard_host``)."""
+        self._state = "running"
+        with self._lock:
+            self._gate_open = True
+        self.cluster = start_node(self, self._lock)
+        self._start_housekeeping()
+        return RecoveryReport()
 
     def stop(self, drain_timeout: float | None = None, restarting: bool = False) -> None:
         """Stop gracefully: drain running turns up to ``drain_timeout`` seconds, interrupt
@@ -290,6 +301,8 @@ class Gateway:
         services = self._live_services
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("drain", lambda: self._drain(timeout, reason)),
+            # a cluster node hands its (drained) shards over and leaves
+            *([("cluster", self._leave_cluster)] if self.cluster is not None else []),
             ("delegations", services.delegations.cancel_all),
             ("actors", self._live_router.stop_all),
             ("notices", services.notices.stop),
@@ -315,6 +328,10 @@ class Gateway:
                     self.stopped_cleanly = True
         self._state = "stopped"
         self._home_lock.release()
+
+    def _leave_cluster(self) -> None:
+        assert self.cluster is not None
+        self.cluster.stop(timeout=self.config.cluster.lease_ttl * 2)
 
     def _drain(self, timeout: float, reason: str) -> None:
         router = self._live_router
@@ -392,12 +409,22 @@ class Gateway:
             return Admission(first, key, duplicate=True)
         crashpoint("after_message_accepted")  # durable, not yet acknowledged
         answer = None
-        with self._lock:
-            if self._gate_open or (event.internal and self._state == "running"):
-                # internal wake-ups bypass the restore gate
-                answer = self._dispatch(key, event, refusable)
-            elif self._state == "running":
-                self._held.append((key, event))
+        if self.cluster is not None:
+            # Durable in the shared inbox: its shard's owner dispatches it, in arrival
+            # order (here now when this node serves the shard, else the owner, woken by
+            # the accept's NOTIFY or at its poll).
+            if self.cluster.serves(key):
+                try:
+                    answer = self.cluster.catch_up(event.event_id if refusable else None)
+                except Exception:  # noqa: BLE001 - it is durable: the next poll takes it
+                    log.exception("event=cluster_dispatch_failed session_key=%s", key)
+        else:
+            with self._lock:
+                if self._gate_open or (event.internal and self._state == "running"):
+                    # internal wake-ups bypass the restore gate
+                    answer = self._dispatch(key, event, refusable)
+                elif self._state == "running":
+                    self._held.append((key, event))
         if answer is None:
             return Admission(event.event_id, key)
         try:
@@ -456,6 +483,20 @@ class Gateway:
         stats = self._router.ask(session_key, GetStatistics())
         return stats.queue_depth if stats is not None else 0
 
+    def session_entry(self, session_key: str) -> Any:
+        """The session's routing entry, or ``None``; on a cluster node, read from the
+        database unless this node serves the session (another node may be changing it)."""
+        if self.cluster is not None and not self.cluster.serves(session_key):
+            found = self.store.stored_entries(session_key)
+            return found[0] if found else None
+        return self.store.get(session_key)
+
+    def list_sessions(self) -> list[Any]:
+        """Every routing entry; on a cluster node, as the database holds them now."""
+        if self.cluster is not None:
+            return self.store.stored_entries()
+        return self.store.list_sessions()
+
     def session_statistics(self, session_key: str):
         """The live actor's statistics record, or None."""
         return self._router.ask(session_key, GetStatistics()) if self._router else None
@@ -493,6 +534,12 @@ class Gateway:
             supervisor.pop("last_report", None)
             out["supervisor"] = supervisor
             out["store"] = self.store.statistics()._asdict()
+        if self.cluster is not None:
+            out["cluster"] = {"node_id": self.store.node_id,
+                              **self.cluster.statistics()._asdict()}
+            fence = self.store.fence
+            if fence is not None:
+                out["cluster"]["fence"] = fence.statistics()._asdict()
         return out
 
     # -- housekeeping ---------------------------------------------------------------------
@@ -515,9 +562,14 @@ class Gateway:
         cache.sweep_idle().get()
         cache.sweep_memory().get()
         cache.settle().get()  # the releases run off the cache's mailbox: the pass ends with them
-        self._supervisor.sweep_ledger().get()
+        if self.cluster is None:
+            self._supervisor.sweep_ledger().get()
+        else:  # only the rows of the shards served here
+            self._supervisor.sweep_ledger(self.cluster.belongs()).get()
         if self._schedule.take_prune(now):
-            pruned = self.store.prune_stale_entries(self.config.session_store_max_age_days)
+            pruned = 0
+            if self.cluster is None:  # a node would delete other nodes' sessions' rows
+                pruned = self.store.prune_stale_entries(self.config.session_store_max_age_days)
             self.store.ledger_prune(7)
             self.store.inbox_prune(7)
             if pruned:

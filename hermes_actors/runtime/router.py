@@ -86,6 +86,15 @@ class SessionRouter:
         with self._lock:
             return list(self._actors.items())
 
+    def remove_where(self, belongs: Callable[[str], bool]) -> list[tuple[str, pykka.ActorRef]]:
+        """Unregister the actors of the keys ``belongs`` picks (a cluster node lost their
+        shard) and return them, for the caller to stop; a later message starts a new one."""
+        with self._lock:
+            gone = [(key, ref) for key, ref in self._actors.items() if belongs(key)]
+            for key, _ in gone:
+                del self._actors[key]
+        return gone
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._actors)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import Outgoing
-from hermes_actors.errors import UnknownPlatformError
+from hermes_actors.errors import FencedError, UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
@@ -86,16 +87,22 @@ class SupervisorActor(LightActor):
         self._report = report
         return report, report_candidates
 
-    def _recover_unclean_sessions(self) -> int:
+    def _recover_unclean_sessions(self, belongs: Callable[[str], bool] | None = None) -> int:
         store = self._store
         max_age = marker_max_age(self._config.agent.timeout)
-        waiting = [e.session_key for e in store.flagged_sessions()
+        waiting = [e.session_key for e in store.flagged_sessions(belongs)
                    if e.resume_pending and e.active_turn_token is None]
-        verdicts = store.judge_interrupted_turns(self._clock.time(), max_age)
+        verdicts = store.judge_interrupted_turns(self._clock.time(), max_age, belongs)
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
-        self._write_counts(next_restart_counts(self._counts, mid_turn, waiting))
-        self._interrupted = tuple(mid_turn)
+        if belongs is None:
+            self._write_counts(next_restart_counts(self._counts, mid_turn, waiting))
+            self._interrupted = tuple(mid_turn)
+        else:  # one shard's sessions: the other sessions' counts are not this pass's
+            others = {k: n for k, n in self._counts.items() if not belongs(k)}
+            ours = next_restart_counts(self._counts, mid_turn, waiting)
+            self._write_counts({**others, **ours})
+            self._interrupted += tuple(mid_turn)
         settlements, unrecorded = [], []
         for entry, verdict in verdicts:
             owed = reason = None
@@ -119,9 +126,10 @@ class SupervisorActor(LightActor):
                 self._delivery.attempt(Owed(None, claimed=True, kind=kind), target, text)
         return sum(kind == "recovered" for _, _, kind in unrecorded)
 
-    def _suspend_stuck(self) -> list[str]:
+    def _suspend_stuck(self, belongs: Callable[[str], bool] | None = None) -> list[str]:
         threshold = self._config.stuck_loop_threshold
-        stuck = sorted(k for k, n in self._counts.items() if n >= threshold)
+        stuck = sorted(k for k, n in self._counts.items()
+                       if n >= threshold and (belongs is None or belongs(k)))
         for key in stuck:
             if self._store.suspend_session(key):
                 self._suspensions += 1
@@ -149,14 +157,37 @@ class SupervisorActor(LightActor):
             return []
         return candidates
 
+    def recover_shard(self, belongs: Callable[[str], bool]) -> tuple[RecoveryReport, list]:
+        """A cluster node gained a shard: the steps of :meth:`recover` for the sessions
+        ``belongs`` picks, always as after a crash (their previous owner may have died:
+        nobody's clean-shutdown marker speaks for them), without the restart-storm guard (a
+        node gains many shards at once; the stuck-loop counts still apply)."""
+        report = RecoveryReport(clean_shutdown=False)
+        report.recovered_replies = self._recover_unclean_sessions(belongs)
+        report.redelivered = self.sweep_ledger(belongs)
+        # only this pass's sessions: a count kept from an earlier tenure of another shard
+        # is not this node's to act on now (its writes there would be fenced)
+        report.suspended = self._suspend_stuck(belongs)
+        agent = self._config.agent
+        candidates = auto_continue_candidates(
+            self._store.flagged_sessions(belongs), self._clock.time(),
+            agent.auto_continue_freshness, self._delivery.can_send)
+        return report, candidates
+
     # -- while running --------------------------------------------------------------------
 
-    def sweep_ledger(self) -> int:
-        """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed."""
+    def sweep_ledger(self, belongs: Callable[[str], bool] | None = None) -> int:
+        """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed;
+        only those of the sessions ``belongs`` picks, when given (a cluster node's
+        shards)."""
         # A row this very boot is sending is refused by the claim (owner node AND boot), so
-        # only rows of earlier boots, uncertain after a crash, are taken up again.
+        # only rows of earlier boots, uncertain after a crash, are taken up again. In a
+        # cluster only the shard's owner sweeps its rows: a row another node was attempting
+        # is then one of a tenure that has ended (its writes are fenced from then on).
         batch, replies = [], {}
         for row in self._store.ledger_rows(("pending", "attempting", "failed")):
+            if belongs is not None and not belongs(row["session_key"]):
+                continue
             try:
                 target = SessionSource(row["platform"], chat_id=row["chat_id"],
                                        thread_id=row["thread_id"])
@@ -182,7 +213,10 @@ class SupervisorActor(LightActor):
     def drain_finished(self, interrupted: list[str], reason: str) -> None:
         """At stop: mark sessions interrupted at the drain deadline and count the restart."""
         for key in interrupted:
-            self._store.mark_resume_pending(key, reason)
+            try:
+                self._store.mark_resume_pending(key, reason)
+            except FencedError:  # a cluster node lost the shard meanwhile: its new owner
+                continue         # judges the session's marker
         self._drain_timeouts += len(interrupted)
         crashpoint("during_drain")
         self._write_counts(next_restart_counts(self._counts, interrupted))

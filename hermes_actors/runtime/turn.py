@@ -18,7 +18,7 @@ from typing import Any
 import pykka
 
 from hermes_actors.agents.base import TurnRequest, TurnResult
-from hermes_actors.errors import StoreUnavailableError
+from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.model.context import build_session_context, build_session_context_prompt
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
@@ -113,6 +113,12 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
     event = turn.item.event
     try:
         return _run(services, session_key, turn, event)
+    except FencedError as exc:
+        # A cluster node lost the session's shard: its new owner answers the message (it
+        # is still in the inbox, or the marker is judged there); nothing is sent from here.
+        log.warning("turn abandoned: the shard is not this node's any more session_key=%s "
+                    "error=%s", session_key, exc)
+        return TurnOutcome("failed")
     except StoreUnavailableError as exc:
         # The database cannot be used (an outage of its server): nothing can be recorded or
         # answered through the ledger now. The message stays in the durable inbox and the

@@ -44,7 +44,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermes_actors._green import new_rlock, spawn
-from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
+from hermes_actors.cluster.shards import ShardSet
+from hermes_actors.errors import (
+    FencedError,
+    StoreError,
+    StoreUnavailableError,
+    StoreUnreachableError,
+)
 from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.timeutil import epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
@@ -57,6 +63,7 @@ from hermes_actors.store.backends.files.mirror import (
 )
 from hermes_actors.store.entrymap import EntryMap, NotFetched
 from hermes_actors.store.factory import open_backend
+from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.loader import mirror_additions
 from hermes_actors.store.ops import (
     AppendMessage,
@@ -66,7 +73,7 @@ from hermes_actors.store.ops import (
     PutRouting,
     SetRoutingFlags,
 )
-from hermes_actors.store.protocol import Backend
+from hermes_actors.store.protocol import Backend, ShardReads
 from hermes_actors.store.routing import (
     NO_FLAGS,
     RoutingRow,
@@ -146,6 +153,11 @@ class StoreCore:
         #: The failure that began an outage of a database server (``None``: no outage).
         self.outage: BaseException | None = None
         self._on_outage = on_outage
+        #: A cluster node's fence on its writes (``None``: not a cluster node, no fence).
+        self.fence: ShardFence | None = None
+        #: A cluster node's notice of a new inbox row (``session_key -> NotifyShard``),
+        #: added to each accept (``None``: not a cluster node).
+        self.announce: Callable[[str], Op] | None = None
         #: Routing entries, parsed on first use from the rows the backend holds; the
         #: mirror reuses the stored texts, so writing it never re-serialises an entry.
         self.entries = EntryMap(self._fetch_row, self._fetch_all_rows)
@@ -302,12 +314,24 @@ class StoreCore:
             self._announce_degraded(exc)
 
     def apply(self, ops: list[Op]) -> list[Any]:
-        """Apply ``ops`` as one transaction (failing over to degraded mode if need be)."""
+        """Apply ``ops`` as one transaction (failing over to degraded mode if need be); on a
+        cluster node, conditioned on the tenure of the shards they write for (``fence``)."""
         backend = self.backend
+        fence = self.fence
+        if fence is None:
+            try:
+                return backend.apply(ops)
+            except StoreUnavailableError as exc:
+                return self._fail_over(exc, backend, ops)
+        guarded = fence.guard(ops)
         try:
-            return backend.apply(ops)
+            results = backend.apply(guarded)
         except StoreUnavailableError as exc:
             return self._fail_over(exc, backend, ops)
+        except FencedError as exc:
+            fence.refused(exc)
+            raise
+        return results[len(guarded) - len(ops):]
 
     def read(self, question: Callable[[Backend], Any]) -> Any:
         """Ask the backend ``question(backend)``, asking the files backend instead if the
@@ -330,10 +354,22 @@ class StoreCore:
         they are durable or have failed (logged). A database that fails is switched away
         from and the ops re-applied in degraded mode, off the caller and off the hub."""
         backend = self.backend
+        fence = self.fence
+        if fence is not None:
+            try:
+                guarded = fence.guard(ops)
+            except FencedError as exc:
+                log.warning("a deferred write was not sent: %s", exc)
+                on_done()
+                return
+        else:
+            guarded = ops
 
         def finished(ok: bool, value: Any) -> None:
             if ok or not isinstance(value, StoreUnavailableError):
                 if not ok:
+                    if fence is not None and isinstance(value, FencedError):
+                        fence.refused(value)
                     log.error("a deferred write failed: %s", value)
                 on_done()
                 return
@@ -351,7 +387,7 @@ class StoreCore:
             spawn(fall_back, "deferred-write")
 
         try:
-            backend.apply_later(ops, finished)
+            backend.apply_later(guarded, finished)
         except StoreError as exc:  # closed meanwhile
             finished(False, exc)
 
@@ -391,6 +427,34 @@ class StoreCore:
         if (rows or delete) and not self.degraded and self.config.write_sessions_json:
             self._mirror.mark_dirty()
         return results
+
+    def refresh_entries(self, belongs: Callable[[str], bool]) -> int:
+        """:meth:`SessionStore.refresh_entries`: the keys ``belongs`` picks are read from the
+        backend again and replace what memory held of them."""
+        def question(backend: Backend) -> list[RoutingRow]:
+            if isinstance(belongs, ShardSet) and isinstance(backend, ShardReads):
+                return backend.shard_routing_rows(belongs.total, sorted(belongs.wanted))
+            return [row for row in backend.routing_rows() if belongs(row.session_key)]
+
+        rows = self.read(question)
+        with self._map_lock:
+            return self.entries.replace_where(belongs, rows)
+
+    def stored_entries(self, key: str | None = None) -> list[SessionEntry]:
+        """The entries as the backend holds them now (every one, or ``key``'s), read and
+        parsed without touching memory: another writer (a cluster node) may own them."""
+        if key is None:
+            rows = self.read(lambda backend: backend.routing_rows())
+        else:
+            row = self.read(lambda backend: backend.routing_row(key))
+            rows = [] if row is None else [row]
+        out = []
+        for row in rows:
+            try:
+                out.append(parse_row(row.session_key, row.entry, row.flags))
+            except ValueError:
+                continue
+        return out
 
     def create_op(self, entry: SessionEntry) -> CreateSession:
         """The ``sessions`` row of a new entry."""

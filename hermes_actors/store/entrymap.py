@@ -233,11 +233,32 @@ class EntryMap:
                 out.append(entry)
         return out
 
-    def flagged(self) -> list[SessionEntry]:
-        """The entries that carry a turn marker or a resume flag, in load/commit order."""
+    def replace_where(self, belongs: Callable[[str], bool], rows: Iterable[RoutingRow]) -> int:
+        """Make ``rows`` the whole truth about the keys ``belongs`` picks: those keys are
+        forgotten (parsed entries too), then every row of ``rows`` is taken (another writer
+        changed them meanwhile: a cluster node gaining a shard). Returns how many rows."""
+        taken = 0
+        with self._lock:
+            for key in [k for k in self._keys if belongs(k)]:
+                del self._keys[key]
+                self._rows.pop(key, None)
+                self._parsed.pop(key, None)
+                self._flagged.discard(key)
+            for row in rows:
+                key = row.session_key
+                self._keys[key] = None
+                self._rows[key] = (row.entry, row.flags)
+                if needs_recovery(row.flags):
+                    self._flagged.add(key)
+                taken += 1
+        return taken
+
+    def flagged(self, belongs: Callable[[str], bool] | None = None) -> list[SessionEntry]:
+        """The entries that carry a turn marker or a resume flag, in load/commit order
+        (those of the keys ``belongs`` picks, when given)."""
         with self._lock:
             flagged = self._flagged
-            keys = [k for k in self._keys if k in flagged]
+            keys = [k for k in self._keys if k in flagged and (belongs is None or belongs(k))]
         return [e for e in self._entries(keys)
                 if e.active_turn_token is not None or e.resume_pending]
 

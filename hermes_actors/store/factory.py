@@ -28,8 +28,12 @@ def _postgres(home: Path, config: Any, read_only: bool) -> DatabaseTools:
         raise ConfigError(
             f"config key 'store.backend': 'postgres' needs the {exc.name!r} package; "
             "install hermes_actors[postgres]") from None
+    cluster = getattr(config, "cluster", None)
+    # A cluster node's write may not hold its fence's lease lock longer than a lease lasts
+    # (a paused node would keep others from taking the shard: docs/cluster.md).
+    idle = cluster.lease_ttl if cluster is not None and cluster.enabled else None
     return PostgresBackend(config.store.dsn, home, pool_size=config.store.pool_size,
-                           read_only=read_only)
+                           read_only=read_only, writer_idle_timeout=idle)
 
 
 def open_backend(home: str | Path, config: Any, *, read_only: bool = False) -> Backend:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store.core import StoreCore
-from hermes_actors.store.ops import AcceptEvent, ConsumeEvents, PruneInbox, WithdrawEvent
+from hermes_actors.store.ops import AcceptEvent, ConsumeEvents, Op, PruneInbox, WithdrawEvent
+from hermes_actors.store.protocol import Backend, ShardReads
 
 __all__ = ["Inbox"]
 
@@ -47,7 +49,10 @@ class Inbox:
         op = AcceptEvent(event_id=event.event_id, session_key=session_key,
                          payload=_payload(event), internal=event.internal,
                          received_at=epoch(event.received_at), ingress_key=event.ingress_key)
-        return self._core.apply([op])[0]
+        ops: list[Op] = [op]
+        if self._core.announce is not None:  # a cluster node: wake the shard's owner
+            ops.append(self._core.announce(session_key))
+        return self._core.apply(ops)[0]
 
     def withdraw_event(self, event_id: str) -> bool:
         """Delete an unconsumed inbox event, leaving nothing of it (a message refused after
@@ -61,14 +66,22 @@ class Inbox:
         if ids:
             self._core.apply([ConsumeEvents(ids, str(reason), self._core.ts())])
 
-    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
-        """Unconsumed events as ``(session_key, event)`` in their original arrival order.
+    def pending_inbox(self, shards: ShardSet | None = None) -> list[tuple[str, MessageEvent]]:
+        """Unconsumed events as ``(session_key, event)`` in their original arrival order
+        (of the sessions of ``shards`` only, when given: a cluster node).
 
         An event that no longer parses (e.g. its plugin platform is gone) is skipped with a
         warning and stays in the inbox.
         """
+        def question(backend: Backend) -> list[tuple[str, dict]]:
+            if shards is None:
+                return backend.pending_inbox()
+            if isinstance(backend, ShardReads):
+                return backend.shard_pending_inbox(shards.total, sorted(shards.wanted))
+            return [(k, p) for k, p in backend.pending_inbox() if shards(k)]
+
         out = []
-        for key, payload in self._core.read(lambda backend: backend.pending_inbox()):
+        for key, payload in self._core.read(question):
             try:
                 out.append((key, MessageEvent.from_dict(payload)))
             except (KeyError, TypeError, ValueError) as exc:

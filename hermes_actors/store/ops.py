@@ -29,11 +29,13 @@ __all__ = [
     "CreateSession",
     "DeleteRouting",
     "EndSession",
+    "FenceShard",
     "LedgerClaim",
     "LedgerFinish",
     "LedgerPrune",
     "LedgerRecord",
     "NodeValue",
+    "NotifyShard",
     "Op",
     "OutboxAppend",
     "OutboxPrune",
@@ -238,6 +240,31 @@ class OutboxPrune:
     before: float
 
 
+# -- the cluster's fencing token (docs/cluster.md) ---------------------------------------------
+
+
+@dataclass
+class FenceShard:
+    """Go on only while ``owner`` holds ``shard`` under ``epoch`` and the lease has not
+    expired: the lease row is share-locked until the transaction ends (so no new tenure can
+    commit meanwhile), and the whole list fails with
+    :class:`~hermes_actors.errors.FencedError` when there is no such row. Placed first in a
+    list by :class:`~hermes_actors.store.fencing.ShardFence`; only a cluster node adds it."""
+
+    shard: int
+    owner: str
+    epoch: int
+
+
+@dataclass
+class NotifyShard:
+    """Tell the nodes listening on ``shard``'s inbox channel, once the transaction commits,
+    that its inbox has a new row (PostgreSQL ``NOTIFY``; only a cluster node adds it, next
+    to an ``AcceptEvent``)."""
+
+    shard: int
+
+
 # -- the node's own state (§7: restart counting, the clean-shutdown marker) ------------------
 
 
@@ -270,4 +297,6 @@ Op = (
     | OutboxPrune
     | NodeValue
     | SetRoutingFlags
+    | FenceShard
+    | NotifyShard
 )

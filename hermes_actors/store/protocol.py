@@ -158,6 +158,21 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class ShardReads(Protocol):
+    """Reads a database of a cluster answers for some shards only (``cluster_shard`` in
+    SQL) instead of for every session; ``shards`` is the cluster's shard count."""
+
+    def shard_routing_rows(self, shards: int, wanted: list[int]) -> list[RoutingRow]:
+        """The routing rows of the sessions of the ``wanted`` shards."""
+        ...
+
+    def shard_pending_inbox(self, shards: int, wanted: list[int]
+                            ) -> list[tuple[str, dict[str, Any]]]:
+        """``pending_inbox`` for the sessions of the ``wanted`` shards."""
+        ...
+
+
+@runtime_checkable
 class DatabaseTools(Backend, Protocol):
     """What a database backend (SQLite, PostgreSQL) offers beyond :class:`Backend`: full-text
     search and the health checks and repairs of ``hermes-actors db check|rebuild-fts``. The

@@ -19,13 +19,16 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store.core import DEFAULT_MIRROR_INTERVAL, StoreCore, StoreStatistics
 from hermes_actors.store.deliveries import DeliveryLedger, Owner
+from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.node import NodeRecords
+from hermes_actors.store.ops import Op
 from hermes_actors.store.outbox import OutboxRecords
 from hermes_actors.store.protocol import Backend
 from hermes_actors.store.recovery import MarkerVerdict
@@ -128,10 +131,44 @@ class SessionStore:
         """Every routing entry (a snapshot; parses every entry not parsed yet)."""
         return self._core.entries.values()
 
-    def flagged_sessions(self) -> list[SessionEntry]:
+    def flagged_sessions(self, belongs: Callable[[str], bool] | None = None
+                         ) -> list[SessionEntry]:
         """The entries with a turn marker or a pending resume (recovery's work list); only
-        these are parsed, so a start with 100,000 stored sessions does not parse them all."""
-        return self._core.entries.flagged()
+        these are parsed, so a start with 100,000 stored sessions does not parse them all.
+        ``belongs(key)`` keeps only some keys (a cluster node's shard)."""
+        return self._core.entries.flagged(belongs)
+
+    @property
+    def fence(self) -> ShardFence | None:
+        """A cluster node's fence on its writes (:mod:`~hermes_actors.store.fencing`), or
+        ``None`` (the default: nothing is fenced)."""
+        return self._core.fence
+
+    @fence.setter
+    def fence(self, fence: ShardFence | None) -> None:
+        self._core.fence = fence
+
+    @property
+    def announce(self) -> Callable[[str], Op] | None:
+        """A cluster node's notice of a new inbox row: ``announce(session_key)`` gives the
+        op (``NotifyShard``) that every accept carries in its transaction; ``None`` (the
+        default): accepts carry nothing more."""
+        return self._core.announce
+
+    @announce.setter
+    def announce(self, announce: Callable[[str], Op] | None) -> None:
+        self._core.announce = announce
+
+    def stored_entries(self, key: str | None = None) -> list[SessionEntry]:
+        """The routing entries (every one, or ``key``'s) as the database holds them now,
+        read past memory (a cluster node serving another node's sessions' views)."""
+        return self._core.stored_entries(key)
+
+    def refresh_entries(self, belongs: Callable[[str], bool]) -> int:
+        """Forget what memory holds of the keys ``belongs`` picks and take their routing
+        rows from the database again (a cluster node gaining a shard: other nodes changed
+        its sessions meanwhile). Returns how many rows were read."""
+        return self._core.refresh_entries(belongs)
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         """Every row of a table as the backend stores it (``protocol.DIAGNOSTIC_TABLES``):
@@ -266,11 +303,13 @@ class SessionStore:
         ``content``), or ``None``."""
         return self._turns.turn_reply(session_id, token)
 
-    def judge_interrupted_turns(self, now: float, max_age: float
+    def judge_interrupted_turns(self, now: float, max_age: float,
+                                belongs: Callable[[str], bool] | None = None
                                 ) -> list[tuple[SessionEntry, MarkerVerdict]]:
-        """Every durable turn marker with its verdict (:func:`judge_marker`), judged
-        from the markers and the persisted replies alone (one read for all of them)."""
-        return self._turns.judge_interrupted_turns(now, max_age)
+        """Every durable turn marker (of the keys ``belongs`` picks) with its verdict
+        (:func:`judge_marker`), judged from the markers and the persisted replies alone
+        (one read for all of them)."""
+        return self._turns.judge_interrupted_turns(now, max_age, belongs)
 
     def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
                        ledger_on: bool = True) -> int:
@@ -303,10 +342,10 @@ class SessionStore:
         reason sticks."""
         return self._inbox.consume_events(event_ids, reason)
 
-    def pending_inbox(self) -> list[tuple[str, MessageEvent]]:
+    def pending_inbox(self, shards: ShardSet | None = None) -> list[tuple[str, MessageEvent]]:
         """Unconsumed events as ``(session_key, event)`` in their original arrival
-        order."""
-        return self._inbox.pending_inbox()
+        order (of the sessions of ``shards`` only, when given: a cluster node)."""
+        return self._inbox.pending_inbox(shards)
 
     def inbox_prune(self, max_age_days: float = 7) -> int:
         """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""

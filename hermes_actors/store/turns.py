@@ -9,7 +9,7 @@ facts (:meth:`TurnRecords.judge_interrupted_turns`) and settled in one transacti
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -151,11 +151,14 @@ class TurnRecords:
 
     # -- recovery ---------------------------------------------------------------------------
 
-    def judge_interrupted_turns(self, now: float, max_age: float
+    def judge_interrupted_turns(self, now: float, max_age: float,
+                                belongs: Callable[[str], bool] | None = None
                                 ) -> list[tuple[SessionEntry, MarkerVerdict]]:
-        """Every durable turn marker with its verdict (:func:`judge_marker`), judged from
-        the markers and the persisted replies alone (one read for all of them)."""
-        marked = [e for e in self._core.entries.flagged() if e.active_turn_token is not None]
+        """Every durable turn marker (of the keys ``belongs`` picks) with its verdict
+        (:func:`judge_marker`), judged from the markers and the persisted replies alone
+        (one read for all of them)."""
+        marked = [e for e in self._core.entries.flagged(belongs)
+                  if e.active_turn_token is not None]
         replies = self.turn_replies([
             (e.session_id, e.active_turn_token,
              epoch(e.active_turn_started_at) if e.active_turn_started_at else None)

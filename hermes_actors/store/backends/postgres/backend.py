@@ -98,10 +98,11 @@ class PostgresBackend(Reads):
     local = False
 
     def __init__(self, dsn: str, home: str | Path, *, pool_size: int = DEFAULT_POOL_SIZE,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, writer_idle_timeout: float | None = None) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
-        self._server = Server(dsn, read_only=read_only)
+        self._server = Server(dsn, read_only=read_only,
+                              writer_idle_timeout=writer_idle_timeout)
         #: The database, as it may be shown (the DSN with its password masked).
         self.where = self._server.where
         #: The gateway home this store belongs to.

@@ -21,9 +21,15 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import ConnectionPool
 
-from hermes_actors.errors import StoreError, StoreUnavailableError, StoreUnreachableError
+from hermes_actors.errors import (
+    FencedError,
+    StoreError,
+    StoreUnavailableError,
+    StoreUnreachableError,
+)
 from hermes_actors.model.dsn import mask_dsn, scrub
 from hermes_actors.store.backends.postgres.greenwait import connection_class
+from hermes_actors.store.backends.postgres.schema import FENCED_SQLSTATE
 
 __all__ = [
     "APPLICATION_NAME",
@@ -43,8 +49,14 @@ APPLICATION_NAME = "hermes_actors"
 class Server:
     """The database server one DSN names: connections to it, and errors naming it safely."""
 
-    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+    def __init__(self, dsn: str, *, read_only: bool = False,
+                 writer_idle_timeout: float | None = None) -> None:
         self._dsn = dsn
+        #: Seconds the writer's connection may hold a transaction open between two
+        #: statements before the server ends it (``None``: the server's setting). A cluster
+        #: node sets it: a node paused inside a write still holds its fence's share lock on
+        #: a lease row, and no other node could take that shard until the lock goes.
+        self.writer_idle_timeout = writer_idle_timeout
         #: The DSN as it may be shown (password masked).
         self.where = mask_dsn(dsn)
         self.read_only = read_only
@@ -68,11 +80,13 @@ class Server:
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
-    @staticmethod
-    def _configure_writer(conn: psycopg.Connection[Any]) -> None:
+    def _configure_writer(self, conn: psycopg.Connection[Any]) -> None:
         # the writer binds values into its statements' text (see ``batch``): its quoting
         # is that of standard-conforming strings, whatever the server's default
         conn.execute("SET standard_conforming_strings = on")
+        if self.writer_idle_timeout is not None:
+            conn.execute("SET idle_in_transaction_session_timeout = "
+                         f"{max(1, int(self.writer_idle_timeout * 1000))}")
 
     def connect(self, *, writer: bool = False) -> psycopg.Connection[Any]:
         """A new autocommit connection (``writer``: the committer's, see
@@ -122,5 +136,12 @@ class Server:
         return StoreUnavailableError(f"cannot {doing} {self.where}: {self.scrub(exc)}")
 
     def rejected(self, doing: str, exc: BaseException) -> StoreError:
-        """The error for a statement the server refused (a constraint, bad data)."""
-        return StoreError(f"{doing} rejected by {self.where}: {self.scrub(exc)}")
+        """The error for a statement the server refused (a constraint, bad data); a write
+        of a cluster tenure that is over (``cluster_fence``) is a :class:`FencedError`."""
+        message = f"{doing} rejected by {self.where}: {self.scrub(exc)}"
+        diag = getattr(exc, "diag", None)
+        if getattr(exc, "sqlstate", None) == FENCED_SQLSTATE and diag is not None:
+            shard, _, epoch = (diag.message_detail or "").partition(" ")
+            if shard.isdigit() and epoch.isdigit():
+                return FencedError(message, int(shard), int(epoch))
+        return StoreError(message)

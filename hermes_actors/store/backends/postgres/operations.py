@@ -31,6 +31,7 @@ from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
 from hermes_actors.store.backends.postgres.batch import Batch, Later, Result
 from hermes_actors.store.backends.postgres.models import Delivery, Inbox, sql_of
+from hermes_actors.store.backends.postgres.schema import inbox_channel
 from hermes_actors.store.ops import (
     AcceptEvent,
     AddTokens,
@@ -39,11 +40,13 @@ from hermes_actors.store.ops import (
     CreateSession,
     DeleteRouting,
     EndSession,
+    FenceShard,
     LedgerClaim,
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
     NodeValue,
+    NotifyShard,
     Op,
     OutboxAppend,
     OutboxPrune,
@@ -111,6 +114,8 @@ _CONSUME_EVENTS = (
     "UPDATE inbox SET consumed_at = %s, consumed_reason = %s"
     " WHERE event_id = ANY(%s::text[]) AND consumed_at IS NULL"
 )
+_FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
+_NOTIFY_SHARD = "SELECT pg_notify(%s, '')"
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
     " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
@@ -195,6 +200,8 @@ class PostgresOps:
             OutboxAppend: self._outbox_append,
             OutboxPrune: self._outbox_prune,
             NodeValue: self._node_value,
+            FenceShard: self._fence_shard,
+            NotifyShard: self._notify_shard,
         }
 
     def apply(self, batch: Batch, op: Op) -> Any:
@@ -320,6 +327,13 @@ class PostgresOps:
 
     def _outbox_prune(self, batch: Batch, op: OutboxPrune) -> Later:
         return batch.run(_OUTBOX_PRUNE, (op.before,), _rowcount)
+
+    def _fence_shard(self, batch: Batch, op: FenceShard) -> None:
+        # Raises FENCED_SQLSTATE in the server, failing the list (Server.rejected names it).
+        batch.add(_FENCE_SHARD, (int(op.shard), op.owner, int(op.epoch)))
+
+    def _notify_shard(self, batch: Batch, op: NotifyShard) -> None:
+        batch.add(_NOTIFY_SHARD, (inbox_channel(int(op.shard)),))
 
     def _node_value(self, batch: Batch, op: NodeValue) -> None:
         if op.value is None:

@@ -113,6 +113,11 @@ class Reads:
         """Every routing row."""
         return self._routing(" ORDER BY session_key")
 
+    def shard_routing_rows(self, shards: int, wanted: list[int]) -> list[RoutingRow]:
+        """The routing rows of the sessions of the ``wanted`` shards (a cluster node)."""
+        return self._routing(" WHERE cluster_shard(session_key, %s) = ANY(%s::integer[])"
+                             " ORDER BY session_key", (shards, list(wanted)))
+
     def routing_row(self, session_key: str) -> RoutingRow | None:
         """One routing row, or ``None``."""
         rows = self._routing(" WHERE session_key = %s", (session_key,))
@@ -194,6 +199,15 @@ class Reads:
         rows = self._read(lambda cur: cur.execute(
             "SELECT session_key, payload FROM inbox WHERE consumed_at IS NULL ORDER BY seq"
         ).fetchall())
+        return [(key, json.loads(payload)) for key, payload in rows]
+
+    def shard_pending_inbox(self, shards: int, wanted: list[int]
+                            ) -> list[tuple[str, dict[str, Any]]]:
+        """:meth:`pending_inbox` of the sessions of the ``wanted`` shards."""
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT session_key, payload FROM inbox WHERE consumed_at IS NULL"
+            " AND cluster_shard(session_key, %s) = ANY(%s::integer[]) ORDER BY seq",
+            (shards, list(wanted))).fetchall())
         return [(key, json.loads(payload)) for key, payload in rows]
 
     def ledger_counts(self) -> dict[str, int]:

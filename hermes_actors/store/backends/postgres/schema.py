@@ -18,7 +18,8 @@ is not (dropping it is an operator's decision, undone by ``rebuild_fts``).
 Migration 2 adds the cluster's coordination tables (``cluster``, ``cluster_nodes``,
 ``shard_leases``; see :mod:`~hermes_actors.store.backends.postgres.leases`) and the SQL twin
 of :func:`hermes_actors.cluster.shards.shard_of`. They hold no session data: ``db migrate``
-does not copy them.
+does not copy them. Migration 3 adds ``cluster_fence``, the fencing token's check inside a
+cluster node's writes.
 
 Full-text search is an expression GIN index over ``to_tsvector('simple', ...)``: the
 ``simple`` configuration lowercases and does not stem, like FTS5's default tokenizer. Only
@@ -35,8 +36,10 @@ from hermes_actors.errors import StoreError
 __all__ = [
     "CANONICAL_TABLES",
     "CLUSTER_DDL",
+    "CLUSTER_FENCE_FUNCTION",
     "CLUSTER_SHARD_FUNCTION",
     "CLUSTER_TABLES",
+    "FENCED_SQLSTATE",
     "FTS_CHARS",
     "FTS_DDL",
     "FTS_INDEX",
@@ -46,6 +49,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "applied_version",
+    "inbox_channel",
     "migrate",
     "repair_canonical_tables",
     "schema_problems",
@@ -208,6 +212,33 @@ CLUSTER_SHARD_FUNCTION = """CREATE OR REPLACE FUNCTION cluster_shard(session_key
              | (get_byte(d, 2)::bigint << 8) | get_byte(d, 3)::bigint) % shards)::integer
     FROM (SELECT sha256(convert_to(session_key, 'UTF8')) AS d) AS digest
 $$"""
+#: The SQLSTATE ``cluster_fence`` raises: a write of a tenure that is over. Its class
+#: (``P``, no predefined ``PH``) makes psycopg raise a ``ProgrammingError``, which the writer
+#: treats as a refused list (not retried, not an outage).
+FENCED_SQLSTATE = "PHF01"
+#: ``cluster_fence(shard, owner, epoch)``: the fencing token checked inside a write's
+#: transaction (``FenceShard``). The lease row is taken ``FOR SHARE``, so an acquirer's
+#: update waits until the write's transaction ends; without the row the transaction fails
+#: with :data:`FENCED_SQLSTATE`, the shard and the epoch in the detail (``"3 7"``). Expiry
+#: is judged at the check itself (``clock_timestamp()``), not at the transaction's start.
+CLUSTER_FENCE_FUNCTION = f"""CREATE OR REPLACE FUNCTION cluster_fence(fence_shard integer,
+        fence_owner text, fence_epoch bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM shard_leases WHERE shard = fence_shard AND owner = fence_owner
+        AND epoch = fence_epoch AND expires_at >= extract(epoch FROM clock_timestamp())
+        FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % is not held by % under epoch %', fence_shard, fence_owner,
+            fence_epoch USING ERRCODE = '{FENCED_SQLSTATE}',
+            DETAIL = fence_shard::text || ' ' || fence_epoch::text;
+    END IF;
+END
+$$"""
+def inbox_channel(shard: int) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of ``shard``'s inbox (a plain identifier)."""
+    return f"hermes_inbox_{int(shard)}"
+
+
 #: The cluster's tables, in the order the diagnostics list them.
 CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases")
 
@@ -215,6 +246,7 @@ CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases")
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (*CANONICAL_DDL, FTS_DDL),
     (*CLUSTER_DDL, CLUSTER_SHARD_FUNCTION),
+    (CLUSTER_FENCE_FUNCTION,),
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)

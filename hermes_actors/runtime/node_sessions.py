@@ -1,0 +1,144 @@
+"""``start_node`` makes a started gateway a cluster node; ``NodeSessions`` is what its
+:class:`~.shard_host.ShardHost` asks of the gateway — recovery of one shard's sessions,
+their inbox, their actors started, drained and stopped — carried out with the gateway's
+own parts (the supervisor's recovery with a key filter, the router, the drain of
+``stop()`` restricted to some keys).
+
+Kept out of :mod:`.gateway` so that the facade stays the lifecycle of one process; this is
+the lifecycle of one shard inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from hermes_actors.cluster.shards import ShardSet
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.runtime.recovery import RecoveryReport
+from hermes_actors.runtime.session_actor import (
+    DrainResult,
+    GetStatistics,
+    InterruptTurn,
+    StopAccepting,
+)
+from hermes_actors.runtime.shard_host import ShardHost
+from hermes_actors.store.fencing import ShardFence
+from hermes_actors.store.ops import NotifyShard
+
+__all__ = ["NodeSessions", "start_node"]
+
+log = logging.getLogger("hermes_actors.cluster")
+
+#: Why the turns of a shard the node lost are interrupted (nothing of them is recorded).
+SHARD_LOST = "shard_lost"
+#: Seconds between looks at the turns a handover waits for.
+_DRAIN_LOOK = 0.05
+#: Seconds interrupted turns get to end before a handover goes on without them.
+INTERRUPT_GRACE = 10.0
+
+
+def start_node(gateway: Any, lock: Any) -> ShardHost:
+    """Make a started gateway a cluster node: its store's fence and inbox notices, its
+    :class:`~.shard_host.ShardHost` and lease manager, running (returned)."""
+    from hermes_actors.cluster.membership import LeaseManager
+    from hermes_actors.store.backends.postgres.leases import PgLeases
+    from hermes_actors.store.backends.postgres.listen import InboxNotices
+
+    config, store = gateway.config, gateway.store
+    cluster, dsn = config.cluster, str(config.store.dsn)
+    # New inbox rows are announced (NOTIFY) to the shard's owner; the poll, every
+    # lease_ttl, is the net under lost notifications.
+    host = ShardHost(NodeSessions(gateway), lock, cluster.shards,
+                     poll_interval=cluster.lease_ttl)
+    host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
+    store.announce = lambda key: NotifyShard(host.shard_of(key))
+    manager = LeaseManager.from_config(
+        PgLeases.open(dsn), store.node_id, cluster, listener=host,
+        monotonic=gateway.clock.monotonic,
+        # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
+        handover_timeout=config.restart_drain_timeout + INTERRUPT_GRACE + cluster.lease_ttl)
+
+    def fenced(shard: int, epoch: int | None) -> None:
+        # a write for the shard was refused: drop it at once (its actors stop)
+        log.warning("event=cluster_write_fenced shard=%d epoch=%s", shard, epoch)
+        if epoch is not None:
+            manager.drop(shard, epoch)
+
+    store.fence = ShardFence(store.node_id, cluster.shards, host.tenure, on_refused=fenced)
+    host.start(manager)
+    log.info("event=cluster_node node=%s shards=%d: each shard is recovered when gained",
+             store.node_id, cluster.shards)
+    return host
+
+
+class NodeSessions:
+    """The :class:`~.shard_host.ShardGateway` of ``gateway`` (a started
+    :class:`~.gateway.Gateway`; not imported here, which would make a cycle)."""
+
+    def __init__(self, gateway: Any) -> None:
+        self._gw = gateway
+
+    def recover_sessions(self, belongs: Callable[[str], bool]) -> tuple[RecoveryReport, list]:
+        """Re-read the sessions' routing rows, then the supervisor's recovery of them."""
+        gw = self._gw
+        gw.store.refresh_entries(belongs)
+        return gw._supervisor.recover_shard(belongs).get()
+
+    def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
+        """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
+        return self._gw.store.pending_inbox(shards)
+
+    def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
+        """Hand ``event`` to its actor (the gateway's lock is held)."""
+        return self._gw._dispatch(key, event, refusable)
+
+    def stop_sessions(self, belongs: Callable[[str], bool]) -> int:
+        """Unregister the sessions' actors, interrupt their turns and stop them, and forget
+        their cached agents (another node continues these sessions)."""
+        gw = self._gw
+        gone = gw._live_router.remove_where(belongs)
+        for key, ref in gone:
+            try:
+                ref.ask(InterruptTurn(SHARD_LOST), block=False)
+                ref.stop(block=False)
+            except pykka.ActorDeadError:
+                pass
+            gw._live_services.cache.discard(key)
+        return len(gone)
+
+    def drain_sessions(self, belongs: Callable[[str], bool]) -> None:
+        """The drain of ``stop()`` for these sessions: no new turn starts, running turns
+        get ``restart_drain_timeout`` seconds, the rest are interrupted and marked for
+        resumption (``restart_timeout``), as a restart does."""
+        gw = self._gw
+        router = gw._live_router
+        keys = [key for key, _ in router.live() if belongs(key)]
+        running = [key for key in keys if router.ask(key, StopAccepting())]
+        deadline = time.monotonic() + gw.config.restart_drain_timeout
+        running = self._wait(running, deadline)
+        interrupted = [key for key in running
+                       if router.ask(key, InterruptTurn("restart_timeout"))]
+        self._wait(interrupted, time.monotonic() + INTERRUPT_GRACE)
+        unfinished = [key for key in interrupted
+                      if router.ask(key, DrainResult()) != "completed"]
+        if unfinished and gw.store.outage is None:
+            gw._supervisor.drain_finished(unfinished, "restart_timeout").get()
+
+    def _wait(self, keys: list[str], deadline: float) -> list[str]:
+        """Wait until none of ``keys`` runs a turn or ``deadline`` passes; those still
+        running."""
+        router = self._gw._live_router
+        while True:
+            keys = [key for key in keys if _running(router.ask(key, GetStatistics()))]
+            if not keys or time.monotonic() >= deadline:
+                return keys
+            time.sleep(_DRAIN_LOOK)
+
+
+def _running(stats: Any) -> bool:
+    return stats is not None and bool(stats.running)

@@ -1,0 +1,333 @@
+"""``ShardHost``: a gateway serving the shards its :class:`LeaseManager` holds.
+
+A cluster node accepts any message (durable in the shared inbox before the answer), but runs
+session actors only for the shards it owns. This module is the seam between the leases and
+the gateway: it hears the :class:`~hermes_actors.cluster.events.ShardListener` callbacks
+(on the manager's greenlet, where nothing may block) and hands them to one worker, which
+
+* on ``gained``: runs the gateway's recovery restricted to the shard (turn markers, the
+  ledger, the inbox in arrival order, auto-continue: the supervisor's own code, given a key
+  filter), then marks the shard *serving*;
+* polls the inbox of the serving shards every ``poll_interval`` seconds and dispatches
+  what another node accepted for them;
+* on ``lost``: stops the shard's actors at once (the fence refuses whatever they still
+  try to write); on ``handover``: drains them, then reports ``done``.
+
+**Order.** Per session, events are dispatched in the inbox's arrival order. A node never
+dispatches an event straight from its ``POST``: an accepted event of a serving shard makes
+the node read the unconsumed inbox (:meth:`catch_up`) and dispatch everything of its
+shards not dispatched yet, oldest first, so a message accepted by another node a moment
+earlier goes first. Which events were dispatched is remembered per shard and forgotten
+once a later read no longer finds them unconsumed. Passes (a read and its dispatch) run one
+at a time: two reads on two pooled connections may run in either order on the server, and
+a consumed event forgotten after the newer read must not be dispatched again from the
+older one (a test of the cluster under load found exactly that). Dispatch decisions are
+taken under the gateway's lock as well, so ingress and the drains see one order.
+
+Rejected: dispatching accepted events directly on their owner (cheaper by one read per
+message, but a message accepted elsewhere just before would be overtaken) and a separate
+recovery implementation for shards (the supervisor's passes take a key filter instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+from hermes_actors._green import spawn
+from hermes_actors.cluster.events import ShardListener, shard_ranges
+from hermes_actors.cluster.shards import ShardSet, shard_of
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.runtime.recovery import RecoveryReport
+from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
+
+__all__ = ["ShardGateway", "ShardHost", "ShardStatistics"]
+
+log = logging.getLogger("hermes_actors.cluster")
+
+KeyFilter = Callable[[str], bool]
+
+
+class ShardGateway(Protocol):
+    """What the host needs of its gateway."""
+
+    def recover_sessions(self, belongs: KeyFilter) -> tuple[RecoveryReport, list]:
+        """Recovery of the sessions ``belongs`` picks (entries re-read first)."""
+
+    def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
+        """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
+
+    def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
+        """Hand ``event`` to its session actor (called under the gateway's lock)."""
+
+    def stop_sessions(self, belongs: KeyFilter) -> int:
+        """Stop the actors of the sessions ``belongs`` picks at once; how many."""
+
+    def drain_sessions(self, belongs: KeyFilter) -> None:
+        """Let those sessions' running turns end (mark the rest for resumption)."""
+
+
+class ShardStatistics(NamedTuple):
+    """A snapshot of a cluster node's shards."""
+
+    #: Shards served now (recovered, actors allowed).
+    serving: int
+    #: Shards gained since start (each recovered once).
+    gained: int
+    #: Shards lost since start, by any reason but a handover.
+    lost: int
+    #: Shards handed over to other nodes since start.
+    handovers: int
+    #: Inbox events dispatched from the shared inbox since start.
+    dispatched: int
+    #: Passes started by a notice of new inbox rows (``LISTEN``) rather than the poll.
+    woken: int = 0
+
+
+class ShardHost(ShardListener):
+    """Serves ``gateway``'s shards (see the module docstring). ``lock`` is the gateway's
+    lock (dispatch decisions are taken under it); ``shards`` the cluster's shard count."""
+
+    def __init__(self, gateway: ShardGateway, lock: Any, shards: int, *,
+                 poll_interval: float, notices: Any = None) -> None:
+        self._gateway = gateway
+        #: What tells the node of new inbox rows of its shards between polls
+        #: (``InboxNotices``: ``want(shards)``, ``start()``, ``stop()``), or ``None``.
+        self.notices = notices
+        self._lock = lock
+        self.shards = shards
+        self.poll_interval = poll_interval
+        #: The lease manager (set by :meth:`start`).
+        self.manager: Any = None
+        self._serving: dict[int, int] = {}
+        #: shard -> ids of the events dispatched and not yet seen consumed
+        self._dispatched: dict[int, set[str]] = {}
+        #: One pass (an inbox read and its dispatch) at a time (module docstring).
+        self._passes = threading.Lock()
+        self._due: dict[int, int] = {}  # gained, not recovered yet
+        self._due_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._worker_done = threading.Event()
+        self._changed = threading.Condition()
+        self._gained = self._lost = self._handovers = self._dispatch_count = 0
+        self._woken = 0
+
+    # -- what the gateway asks ------------------------------------------------------------
+
+    def shard_of(self, session_key: str) -> int:
+        """The shard of ``session_key``."""
+        return shard_of(session_key, self.shards)
+
+    def serves(self, session_key: str) -> bool:
+        """Whether the node serves ``session_key``'s shard now."""
+        shard = self.shard_of(session_key)
+        return shard in self._serving and self.manager.owns(shard, self._serving[shard])
+
+    def belongs(self) -> ShardSet:
+        """A filter for the sessions of the shards served now (and still held: a lease
+        whose local deadline passed is not, even before the manager reports it lost)."""
+        owned = self.manager.owned() if self.manager is not None else {}
+        return ShardSet(self.shards,
+                        frozenset(s for s, e in self._serving.items() if owned.get(s) == e))
+
+    def tenure(self, shard: int) -> int | None:
+        """The epoch the node holds ``shard`` under now (the fence asks), or ``None``."""
+        return self.manager.owned().get(shard) if self.manager is not None else None
+
+    def start(self, manager: Any) -> None:
+        """Run ``manager`` (joined already or not) and the worker."""
+        self.manager = manager
+        spawn(self._work, "cluster-shards")
+        if self.notices is not None:
+            self.notices.start()
+        manager.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Hand every shard over and leave the cluster, then stop the worker; True when the
+        node left cleanly."""
+        left = True
+        if self.manager is not None:
+            left = self.manager.stop(timeout=timeout)
+        self._closed.set()
+        self._wake.set()
+        if self.notices is not None:
+            self.notices.stop()
+        self._worker_done.wait(10.0)
+        return left
+
+    def notice(self, shard: int | None) -> None:
+        """New inbox rows (of ``shard``; ``None``: of any shard served): run a pass now."""
+        self._woken += 1
+        self._wake.set()
+
+    def wait_for(self, predicate: Callable[[ShardStatistics], bool],
+                 timeout: float | None = None) -> bool:
+        """Wait until ``predicate(statistics())`` holds (tests, operators)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self.statistics()), timeout)
+
+    def statistics(self) -> ShardStatistics:
+        """A snapshot record."""
+        return ShardStatistics(len(self._serving), self._gained, self._lost,
+                               self._handovers, self._dispatch_count, self._woken)
+
+    # -- the listener (on the manager's greenlet: hand on, never block) -------------------
+
+    def gained(self, shard: int, epoch: int) -> None:
+        with self._due_lock:
+            self._due[shard] = epoch
+        self._wake.set()
+
+    def lost(self, shard: int, epoch: int, reason: str) -> None:
+        with self._due_lock:
+            if self._due.get(shard) == epoch:
+                del self._due[shard]
+        # Nothing is dispatched for the shard from now on (every dispatch asks the manager
+        # first); the rest takes the gateway's lock, so it runs on a greenlet of its own.
+        spawn(lambda: self._on_lost(shard, epoch, reason), f"cluster-lost-{shard}")
+
+    def _on_lost(self, shard: int, epoch: int, reason: str) -> None:
+        if not self._stop_serving(shard, epoch):
+            return
+        if reason != "released":
+            self._lost += 1
+            self._stop_actors(shard)
+        self._notify()
+
+    def handover(self, shard: int, epoch: int, done: Callable[[], None]) -> None:
+        def wind_down() -> None:
+            try:
+                self._stop_serving(shard, epoch)
+                belongs = self._one(shard)
+                self._gateway.drain_sessions(belongs)
+                self._gateway.stop_sessions(belongs)
+                self._handovers += 1
+                log.info("event=cluster_handover shard=%d epoch=%d", shard, epoch)
+            except Exception:  # noqa: BLE001 - the lease is released all the same
+                log.exception("event=cluster_handover_failed shard=%d", shard)
+            finally:
+                done()
+                self._notify()
+
+        spawn(wind_down, f"cluster-handover-{shard}")
+
+    # -- the worker -----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            while not self._closed.is_set():
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+                if self._closed.is_set():
+                    break
+                try:
+                    self._recover_due()
+                    self.catch_up()
+                except Exception:  # noqa: BLE001 - the next pass tries again
+                    log.exception("event=cluster_pass_failed")
+        finally:
+            self._worker_done.set()
+
+    def _recover_due(self) -> None:
+        with self._due_lock:
+            due, self._due = self._due, {}
+        due = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+        if not due:
+            return
+        belongs = ShardSet(self.shards, frozenset(due))
+        try:
+            report, candidates = self._gateway.recover_sessions(belongs)
+        except Exception:
+            with self._due_lock:  # tried again at the next pass, while still held
+                self._due = {**due, **self._due}
+            raise
+        with self._passes:
+            # Read before the shard serves: what comes after the read is dispatched by the
+            # next pass, after these (it dispatches, in arrival order, all not dispatched).
+            previous = self._gateway.pending_inbox(belongs)
+            with self._lock:
+                live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+                previous = [(k, ev) for k, ev in previous if self.shard_of(k) in live]
+                ours = [c for c in candidates if self.shard_of(c.session_key) in live]
+                events, resumed = plan_startup_dispatch(ours, previous)
+                for shard, epoch in live.items():
+                    self._serving[shard] = epoch
+                    self._dispatched[shard] = set()
+                for key, event in events:
+                    self._dispatch(key, event, False)
+                self._listen()
+        self._gained += len(live)
+        self._wake.set()  # a catch-up for what came after the read
+        report.resumed, report.replayed_inbox = resumed, len(previous)
+        log.info("event=cluster_shards_serving shards=%s %s", shard_ranges(live),
+                 report.summary())
+        self._notify()
+
+    def catch_up(self, refusable: str | None = None) -> Any:
+        """Dispatch every unconsumed inbox event of the served shards that was not
+        dispatched yet, in arrival order; returns the answer future of the event
+        ``refusable`` names when it was dispatched here (asked, so it may be refused)."""
+        with self._passes:
+            with self._lock:
+                serving = self.belongs()
+            if not serving.wanted:
+                return None
+            pending = self._gateway.pending_inbox(serving)
+            answer = None
+            with self._lock:
+                held = self.belongs().wanted & serving.wanted  # lost meanwhile: not
+                unconsumed: dict[int, set[str]] = {shard: set() for shard in held}
+                for key, event in pending:
+                    shard = self.shard_of(key)
+                    if shard not in held:
+                        continue
+                    unconsumed[shard].add(event.event_id)
+                    if event.event_id in self._dispatched[shard]:
+                        continue
+                    future = self._dispatch(key, event, event.event_id == refusable)
+                    if event.event_id == refusable:
+                        answer = future
+                for shard, still in unconsumed.items():
+                    # consumed (or withdrawn) events are never pending again
+                    self._dispatched[shard] &= still
+            return answer
+
+    def _dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
+        """Under the lock: remember the event as dispatched, then hand it on."""
+        self._dispatched[self.shard_of(key)].add(event.event_id)
+        self._dispatch_count += 1
+        return self._gateway.dispatch(key, event, refusable)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _stop_serving(self, shard: int, epoch: int) -> bool:
+        with self._lock:
+            if self._serving.get(shard) != epoch:
+                return False
+            del self._serving[shard]
+            self._dispatched.pop(shard, None)
+            self._listen()
+            return True
+
+    def _listen(self) -> None:
+        """Under the lock: listen for the inbox rows of the shards served now."""
+        if self.notices is not None:
+            self.notices.want(self._serving)
+
+    def _one(self, shard: int) -> ShardSet:
+        return ShardSet(self.shards, frozenset((shard,)))
+
+    def _stop_actors(self, shard: int) -> None:
+        try:
+            stopped = self._gateway.stop_sessions(self._one(shard))
+            log.info("event=cluster_shard_stopped shard=%d actors=%d", shard, stopped)
+        except Exception:  # noqa: BLE001
+            log.exception("event=cluster_shard_stop_failed shard=%d", shard)
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+

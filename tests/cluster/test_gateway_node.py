@@ -1,0 +1,236 @@
+"""Gateways as cluster nodes on one PostgreSQL database, in one process: each serves the
+sessions of its shards, any of them accepts any message, a shard that changes hands is
+recovered by its new owner, and a write of a tenure that ended is refused by the database."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
+from hermes_actors.errors import FencedError
+from hermes_actors.store.ops import AcceptEvent, FenceShard, SetRoutingFlags
+
+pytestmark = pytest.mark.postgres
+
+SHARDS = 4
+
+
+def _config(dsn: str, **cluster):
+    return load_config({
+        "store": {"backend": "postgres", "dsn": dsn, "pool_size": 2},
+        "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": 3, "heartbeat": 0.2,
+                    **cluster},
+        "busy_input_mode": "queue",
+    }, env={})
+
+
+@pytest.fixture
+def nodes(postgres_dsn, tmp_path):
+    """``nodes(n)`` starts ``n`` gateways sharing one adapter (whoever owns a chat answers
+    it); all are stopped after the test."""
+    adapter = InMemoryAdapter("telegram")
+    started: list[Gateway] = []
+
+    def start(n: int, **cluster) -> tuple[list[Gateway], InMemoryAdapter]:
+        for _ in range(n):
+            gw = Gateway(tmp_path / f"node{len(started)}", _config(postgres_dsn, **cluster),
+                         adapters=[adapter])
+            gw.start()
+            started.append(gw)
+        return started, adapter
+
+    yield start
+    for gw in started:
+        gw.stop(drain_timeout=5)
+
+
+def _serving(gateways) -> int:
+    return sum(gw.cluster.statistics().serving for gw in gateways if gw.running)
+
+
+def _wait_balanced(gateways, timeout: float = 30) -> None:
+    """Until the live nodes serve every shard between them, each its fair share."""
+    share = SHARDS // len(gateways)
+    for gw in gateways:
+        assert gw.cluster.wait_for(lambda s: s.serving >= share, timeout), gw.stats()
+    assert _serving(gateways) == SHARDS
+
+
+def _wait_replies(adapter: InMemoryAdapter, count: int, timeout: float = 30) -> None:
+    """Until ``count`` turn replies (``echo: ...``) were sent (acks are not counted)."""
+    while True:
+        replies = [t for t in adapter.texts() if t.startswith("echo: ")]
+        if len(replies) >= count:
+            return
+        assert adapter.wait_for(len(adapter.texts()) + 1, timeout), adapter.texts()
+
+
+def _replies(adapter: InMemoryAdapter, chat: str) -> list[str]:
+    return [t for t in adapter.texts(chat) if t.startswith("echo: ")]
+
+
+def _message(chat: str, n: int) -> MessageEvent:
+    source = SessionSource("telegram", chat_id=chat, user_id="u" + chat)
+    return MessageEvent(source=source, text=f"m{n}")
+
+
+class TestServingShards:
+    """Each node serves its own shards; messages accepted anywhere are answered once, in
+    order, by the owner."""
+
+    def test_any_node_accepts_the_owner_answers(self, nodes):
+        gateways, adapter = nodes(2)
+        _wait_balanced(gateways)
+        chats = [str(c) for c in range(8)]
+        for n in range(3):
+            for i, chat in enumerate(chats):
+                gateways[(i + n) % 2].submit(_message(chat, n))
+        _wait_replies(adapter, 3 * len(chats))
+        for chat in chats:
+            assert _replies(adapter, chat) == [f"echo: m{n}" for n in range(3)]
+        owners = {gw.store.node_id: gw.cluster for gw in gateways}
+        for chat in chats:
+            key = gateways[0].store.session_key_for(_message(chat, 0).source)
+            serving = [node for node, host in owners.items() if host.serves(key)]
+            assert len(serving) == 1  # exactly one node serves each session
+
+    def test_a_stopped_node_hands_its_shards_over(self, nodes):
+        gateways, adapter = nodes(2)
+        _wait_balanced(gateways)
+        gateways[0].submit(_message("1", 0))
+        _wait_replies(adapter, 1)
+        gateways[1].stop(drain_timeout=5)
+        assert gateways[0].cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        for chat in ("1", "2", "3", "4", "5"):
+            gateways[0].submit(_message(chat, 1))
+        _wait_replies(adapter, 6)
+        assert _replies(adapter, "1") == ["echo: m0", "echo: m1"]
+
+
+class TestInboxNotices:
+    """A message accepted by another node wakes the owner at once (NOTIFY on the shard's
+    channel), long before the poll, which comes only every ``lease_ttl``."""
+
+    def test_the_owner_is_woken(self, nodes):
+        gateways, adapter = nodes(2, lease_ttl=60)
+        _wait_balanced(gateways)
+        first, second = gateways
+        chat = next(str(c) for c in range(100) if second.cluster.serves(
+            first.store.session_key_for(_message(str(c), 0).source)))
+        first.submit(_message(chat, 0))  # once answered, the owner listens (shards settled)
+        _wait_replies(adapter, 1, timeout=60)
+        before = second.cluster.statistics().woken
+        first.submit(_message(chat, 1))
+        _wait_replies(adapter, 2, timeout=20)  # the poll would have waited 60 s
+        assert _replies(adapter, chat) == ["echo: m0", "echo: m1"]
+        assert second.cluster.statistics().woken > before
+
+
+class TestPausedInsideAWrite:
+    """A node paused inside a write holds its fence's share lock on a lease row; the server
+    ends that transaction after ``lease_ttl`` idle (the writer's
+    ``idle_in_transaction_session_timeout``), so another node can take the shard."""
+
+    def test_the_lock_goes_and_the_shard_is_taken(self, nodes):
+        (first,), _ = nodes(1)
+        assert first.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        shard, epoch = 0, first.cluster.tenure(0)
+        # A connection set up as the writer's, stopped between its fence and its COMMIT.
+        stuck = first.store.backend._server.connect(writer=True)
+        stuck.execute("BEGIN")
+        stuck.execute("SELECT cluster_fence(%s, %s, %s)", (shard, first.store.node_id, epoch))
+        first.cluster.manager.halt()  # and the node renews nothing any more
+        gateways, _ = nodes(1)
+        second = gateways[1]
+        assert second.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30), \
+            second.stats()["cluster"]
+        assert stuck.closed or stuck.broken or _ended(stuck)
+
+
+def _ended(conn) -> bool:
+    """Whether the server ended ``conn``'s session (the next statement fails)."""
+    import psycopg
+
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return True
+    return False
+
+
+class TestFence:
+    """A write of a tenure that ended is refused by the database, fails only its own op
+    list, is counted, and makes the node drop the shard."""
+
+    def test_stale_epoch_refused_in_the_database(self, nodes):
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        gw.submit(_message("9", 0))
+        key = gw.store.session_key_for(_message("9", 0).source)
+        assert gw.wait_idle(30)
+        shard = gw.cluster.shard_of(key)
+        epoch = gw.cluster.tenure(shard)
+        backend = gw.store.backend
+        flags = SetRoutingFlags(key, None, None, False, False, False, None)
+        with pytest.raises(FencedError) as refused:
+            backend.apply([FenceShard(shard, gw.store.node_id, epoch + 1), flags])
+        assert (refused.value.shard, refused.value.epoch) == (shard, epoch + 1)
+        assert backend.apply([FenceShard(shard, gw.store.node_id, epoch), flags])[1] == 1
+
+    def test_refused_write_drops_the_shard(self, nodes):
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        gw.submit(_message("9", 0))
+        assert gw.wait_idle(30)
+        key = gw.store.session_key_for(_message("9", 0).source)
+        shard = gw.cluster.shard_of(key)
+        # Another tenure begins behind this node's back (as after a pause past lease_ttl).
+        gw.store.backend.sql("UPDATE shard_leases SET epoch = epoch + 1 WHERE shard = %s",
+                             (shard,))
+        with pytest.raises(FencedError):
+            gw.store.mark_resume_pending(key, "restart_timeout")
+        fence = gw.store.fence.statistics()
+        assert fence.refused_by_database == 1
+        assert gw.cluster.wait_for(lambda s: s.lost == 1, timeout=10)
+        assert not gw.cluster.serves(key)
+        with pytest.raises(FencedError):  # not even sent any more
+            gw.store.mark_resume_pending(key, "restart_timeout")
+        assert gw.store.fence.statistics().refused_locally == 1
+
+
+class TestOperatorViews:
+    """``/metrics`` counts a node's shards and fenced writes; ``stats()`` names the node."""
+
+    def test_metrics_and_stats(self, nodes):
+        from hermes_actors.adapters.http_metrics import GatewayMetrics
+
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        text = GatewayMetrics(gw).render().decode()
+        assert f"hermes_cluster_shards_owned {float(SHARDS)}" in text
+        assert 'hermes_cluster_fenced_writes_total{where="database"} 0.0' in text
+        assert gw.stats()["cluster"]["node_id"] == gw.store.node_id
+
+
+class TestShardReads:
+    """The database filters the inbox and the routing rows by shard exactly as Python
+    does (``cluster_shard`` in SQL, ``ShardSet`` in Python)."""
+
+    def test_sql_filter_matches_python(self, nodes):
+        from hermes_actors.cluster.shards import ShardSet
+
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        for chat in range(12):
+            gw.submit(_message(str(chat), 0))
+        assert gw.wait_idle(30)
+        backend = gw.store.backend
+        for key in range(12):  # unconsumed rows of several sessions
+            backend.apply([AcceptEvent(f"x{key}", f"k{key}", "{}", False, 1.0)])
+        for wanted in ({0}, {1, 3}, set(range(SHARDS))):
+            shards = ShardSet(SHARDS, frozenset(wanted))
+            rows = backend.shard_routing_rows(SHARDS, sorted(wanted))
+            assert [r.session_key for r in rows] == sorted(
+                r.session_key for r in backend.routing_rows() if shards(r.session_key))
+            assert backend.shard_pending_inbox(SHARDS, sorted(wanted)) == [
+                (k, p) for k, p in backend.pending_inbox() if shards(k)]

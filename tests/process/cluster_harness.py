@@ -1,0 +1,223 @@
+"""The harness of the cluster's process tests and of ``scripts/cluster_soak.py``: real
+``hermes-actors run`` nodes on one PostgreSQL database, a client that posts to random live
+nodes and records what they acknowledged, and the reconciliation of that record against
+the outbox (:func:`hermes_actors.testing.reconcile.reconcile`).
+
+What it waits on is what the database says (turn markers, lease owners, the outbox), asked
+every 50 ms until a deadline; nothing sleeps for a guessed time.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from hermes_actors.cluster.shards import shard_of
+from hermes_actors.testing.reconcile import Accepted, Verdict, reconcile
+
+from .conftest import GatewayProcess
+
+__all__ = ["CHATS", "LEASE_TTL", "SHARDS", "SLOW", "Cluster", "traffic", "until"]
+
+SHARDS = 6
+LEASE_TTL = 2.0
+HEARTBEAT = 0.4
+CHATS = [str(n) for n in range(1, 19)]
+#: A turn that is still running when its node is killed or paused (the scripted agent).
+SLOW = "sleep 1.5"
+
+
+def _env(dsn: str) -> dict[str, str]:
+    return {
+        "HERMES_STORE_BACKEND": "postgres", "HERMES_STORE_DSN": dsn,
+        "HERMES_CLUSTER_ENABLED": "true", "HERMES_CLUSTER_SHARDS": str(SHARDS),
+        "HERMES_CLUSTER_LEASE_TTL": str(LEASE_TTL),
+        "HERMES_CLUSTER_HEARTBEAT": str(HEARTBEAT),
+        "HERMES_AGENT_KIND": "scripted", "HERMES_BUSY_INPUT_MODE": "queue",
+    }
+
+
+def _sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait until ``check()`` holds (a question to the database, asked every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.05)
+
+
+def _key(chat: str) -> str:
+    return f"agent:main:webhook:dm:{chat}"
+
+
+class Cluster:
+    """Nodes on one database, and the client's record of what they acknowledged."""
+
+    def __init__(self, dsn: str, tmp_path, count: int = 3) -> None:
+        self.dsn = dsn
+        self._tmp = tmp_path
+        self.nodes: list[GatewayProcess] = []
+        self.ids: list[str] = []
+        #: The logs of node processes killed and started again (``restart``).
+        self.retired_logs: list[str] = []
+        for _ in range(count):
+            self.add()
+        self.accepted: list[Accepted] = []
+        self.down: set[int] = set()
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> int:
+        """Start one more node; its index."""
+        node = GatewayProcess(self._tmp / f"node{len(self.nodes)}", env=_env(self.dsn))
+        self.nodes.append(node)
+        self.ids.append((node.home / "node_id").read_text().strip())
+        return len(self.nodes) - 1
+
+    def restart(self, i: int) -> None:
+        """Start node ``i`` again on its home (after a kill), serving traffic again."""
+        self.nodes[i].kill()
+        self.retired_logs.append(self.nodes[i].stderr.text())
+        self.nodes[i] = GatewayProcess(self.nodes[i].home, env=_env(self.dsn))
+        self.down.discard(i)
+
+    def log_lines(self, needle: str) -> list[str]:
+        """Every line of every node process so far (restarted ones too) holding
+        ``needle``."""
+        texts = [*self.retired_logs, *(n.stderr.text() for n in self.nodes)]
+        return [line for text in texts for line in text.splitlines() if needle in line]
+
+    def owners(self) -> dict[int, str]:
+        """shard -> owner, of the leases valid now (the database's clock)."""
+        rows = _sql(self.dsn, "SELECT shard, owner FROM shard_leases WHERE owner IS NOT NULL"
+                    " AND expires_at >= extract(epoch FROM now())")
+        return dict(rows)
+
+    def held_by_others(self, i: int) -> bool:
+        """Every shard held (a valid lease), none by node ``i``."""
+        owners = self.owners()
+        return len(owners) == SHARDS and self.ids[i] not in owners.values()
+
+    def balanced(self) -> bool:
+        owners = self.owners()
+        live = {self.ids[i] for i in range(len(self.nodes)) if i not in self.down}
+        counts = [list(owners.values()).count(node) for node in live]
+        return len(owners) == SHARDS and min(counts) >= SHARDS // len(live)
+
+    def chats_of(self, i: int) -> list[str]:
+        """The chats whose shard node ``i`` holds now."""
+        owners = self.owners()
+        return [c for c in CHATS if owners.get(shard_of(_key(c), SHARDS)) == self.ids[i]]
+
+    def post(self, chat: str, text: str) -> None:
+        """Send one message to a random live node until one acknowledges it; the message id
+        makes a retry after a lost answer a duplicate, never a second message."""
+        with self._lock:
+            self._n += 1
+            message_id = f"m{self._n}"
+        for _ in range(50):
+            live = [n for i, n in enumerate(self.nodes) if i not in self.down]
+            node = random.choice(live)
+            try:
+                status, _, body = node.request("POST", "/v1/messages", {
+                    "chat_id": chat, "text": text, "message_id": message_id}, timeout=10)
+            except OSError:
+                continue  # that node is gone or paused: another one takes it
+            if status in (200, 202):
+                with self._lock:
+                    self.accepted.append(Accepted(body["event_id"], chat, text))
+                return
+            assert status in (429, 503), (status, body)
+        raise AssertionError(f"no node acknowledged {text!r} for chat {chat}")
+
+    def marked(self, chats: list[str]) -> int:
+        """How many of ``chats`` have a turn running (a durable marker)."""
+        rows = _sql(self.dsn, "SELECT count(*) FROM routing WHERE active_turn_token IS NOT"
+                    " NULL AND session_key = ANY(%s)", ([_key(c) for c in chats],))
+        return rows[0][0]
+
+    def outbox(self, chat: str) -> list[dict]:
+        """The chat's outbox, read from the database in cursor order."""
+        rows = _sql(self.dsn, "SELECT kind, text, in_reply_to FROM outbox WHERE chat_id = %s"
+                    " ORDER BY cursor", (chat,))
+        return [{"kind": k, "text": t, "in_reply_to": (r or "").split()} for k, t, r in rows]
+
+    def settled(self) -> bool:
+        """Every acknowledged message answered (or the verdict will say why not)."""
+        verdict = reconcile(self.accepted, {c: self.outbox(c) for c in CHATS})
+        return not verdict.lost
+
+    def verdict(self) -> Verdict:
+        return reconcile(self.accepted, {c: self.outbox(c) for c in CHATS})
+
+    def load(self, i: int) -> list[str]:
+        """Once balanced: a message for every chat, then a slow turn for every chat of node
+        ``i``'s shards (their chats, returned)."""
+        until(self.balanced, f"the shards spread over the {len(self.nodes)} nodes")
+        theirs = self.chats_of(i)
+        assert theirs, f"node {i} holds no chat's shard"
+        traffic(self, 1, lambda chat, n: f"hello {chat}")
+        for chat in theirs:
+            self.post(chat, SLOW)
+        return theirs
+
+    def wait_settled(self, timeout: float = 60) -> None:
+        """Until every acknowledged message is answered; else fail saying which are not,
+        with the leases and the nodes' last log lines."""
+        try:
+            until(self.settled, "every acknowledged message answered", timeout=timeout)
+        except AssertionError:
+            verdict = self.verdict()
+            lost = [(m.chat, m.text, m.event_id) for m in self.accepted
+                    if m.event_id in set(verdict.lost)]
+            logs = {i: n.stderr.text().splitlines()[-15:] for i, n in enumerate(self.nodes)}
+            raise AssertionError(f"unanswered: {lost}; leases: {self.owners()}; nodes: "
+                                 f"{self.ids}; logs: {logs}") from None
+
+    def judged(self) -> Verdict:
+        """Once every acknowledged message is answered: the verdict, which must be ok."""
+        self.wait_settled()
+        verdict = self.verdict()
+        print("verdict:", verdict.line())
+        assert verdict.ok, (verdict, self._explain(verdict))
+        return verdict
+
+    def _explain(self, verdict: Verdict) -> dict[str, object]:
+        """The messages and outbox rows of the chats a verdict complains about."""
+        wrong = set(verdict.lost) | set(verdict.duplicated)
+        chats = {m.chat for m in self.accepted if m.event_id in wrong}
+        chats |= set(verdict.out_of_order)
+        out: dict[str, object] = {
+            chat: {"shard": shard_of(_key(chat), SHARDS),
+                   "sent": [(m.event_id, m.text) for m in self.accepted if m.chat == chat],
+                   "outbox": self.outbox(chat)} for chat in sorted(chats)}
+        out["nodes"] = self.ids
+        out["logs"] = {i: [line for line in n.stderr.text().splitlines()
+                           if "event=cluster" in line or "turn" in line]
+                       for i, n in enumerate(self.nodes)}
+        return out
+
+    def stop(self) -> None:
+        for i, node in enumerate(self.nodes):
+            if i in self.down:
+                node.kill()
+        for node in self.nodes:
+            try:
+                node.stop(timeout=30)
+            except Exception:  # noqa: BLE001 - kill what does not stop
+                node.kill()
+
+
+def traffic(cluster: Cluster, rounds: int, text: Callable[[str, int], str]) -> None:
+    for n in range(rounds):
+        for chat in CHATS:
+            cluster.post(chat, text(chat, n))
