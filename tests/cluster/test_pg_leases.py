@@ -254,3 +254,54 @@ class TestLostTables:
         assert leases.snapshot().shards is None
         assert leases.ensure_cluster(8, "b") == 8  # a new cluster: every lease free
         assert [(r.owner, r.epoch) for r in leases.snapshot().leases] == [(None, 0)] * 8
+
+
+class TestFencedWritesAndLeases:
+    """A write's fence (``cluster_fence``, ``FOR KEY SHARE``) against the lease statements:
+    the owner's renewal never waits for it, a change of tenure always does."""
+
+    @staticmethod
+    def _write_in_flight(dsn: str, owner: str, shards: list[int], epoch: int = 1):
+        """A connection inside a write transaction whose fences hold ``shards``."""
+        conn = psycopg.connect(dsn)
+        for shard in shards:
+            conn.execute("SELECT cluster_fence(%s, %s, %s)", (shard, owner, epoch))
+        return conn
+
+    def test_a_renewal_goes_ahead_of_the_writes_in_flight(self, pg_leases, postgres_dsn):
+        leases = pg_leases()
+        leases.ensure_cluster(2, "a")
+        leases.acquire("a", [0, 1], TTL)
+        writer = self._write_in_flight(postgres_dsn, "a", [1])
+        renewed: list[dict[int, float]] = []
+        done = threading.Event()
+
+        def renew() -> None:
+            renewed.append(leases.renew("a", {0: 1, 1: 1}, TTL))
+            done.set()
+
+        threading.Thread(target=renew, daemon=True).start()
+        try:
+            # With a share lock the renewal waited here for the write's commit; and the
+            # write's next fence (shard 0, which the renewal locked first) deadlocked.
+            assert done.wait(10), "the renewal waited for a write in flight"
+            writer.execute("SELECT cluster_fence(0, 'a', 1)")
+            writer.commit()
+        finally:
+            writer.close()
+        assert set(renewed[0]) == {0, 1}
+
+    def test_no_other_tenure_begins_while_a_write_is_in_flight(self, pg_leases,
+                                                               postgres_dsn):
+        leases = pg_leases()
+        leases.ensure_cluster(1, "a")
+        leases.acquire("a", [0], TTL)
+        writer = self._write_in_flight(postgres_dsn, "a", [0])
+        try:
+            expire(postgres_dsn, "a")  # the lease runs out while the write is in flight
+            assert leases.acquire("b", [0], TTL) == []  # skipped, not taken
+        finally:
+            writer.commit()
+            writer.close()
+        [taken] = leases.acquire("b", [0], TTL)
+        assert (taken.shard, taken.epoch) == (0, 2)

@@ -92,14 +92,17 @@ _TENURES = (
     "WITH due AS (SELECT l.shard FROM shard_leases AS l"
     " JOIN unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h (shard, epoch)"
     " ON l.shard = h.shard AND l.epoch = h.epoch WHERE l.owner = %(me)s{condition}"
-    " ORDER BY l.shard FOR UPDATE OF l)")
-#: Only the caller's own tenure (owner and epoch), and only while it has not expired.
+    " ORDER BY l.shard FOR {lock} OF l)")
+#: Only the caller's own tenure (owner and epoch), and only while it has not expired. The
+#: tenure stays as it is, so the lock is ``NO KEY UPDATE``: it does not wait for the node's
+#: writes in flight, whose fence holds the rows ``FOR KEY SHARE`` (``cluster_fence``).
 _RENEW = (
-    _TENURES.format(condition=f" AND l.expires_at >= {_NOW}")
+    _TENURES.format(condition=f" AND l.expires_at >= {_NOW}", lock="NO KEY UPDATE")
     + f" UPDATE shard_leases AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
     " WHERE l.shard = due.shard RETURNING l.shard, l.expires_at")
+#: The tenure ends: ``FOR UPDATE`` waits for the writes still in flight under it.
 _RELEASE = (
-    _TENURES.format(condition="")
+    _TENURES.format(condition="", lock="UPDATE")
     + " UPDATE shard_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
     " FROM due WHERE l.shard = due.shard RETURNING l.shard")
 _LEAVE = "DELETE FROM cluster_nodes WHERE node_id = %s AND boot_id = %s"

@@ -217,16 +217,20 @@ $$"""
 #: treats as a refused list (not retried, not an outage).
 FENCED_SQLSTATE = "PHF01"
 #: ``cluster_fence(shard, owner, epoch)``: the fencing token checked inside a write's
-#: transaction (``FenceShard``). The lease row is taken ``FOR SHARE``, so an acquirer's
-#: update waits until the write's transaction ends; without the row the transaction fails
-#: with :data:`FENCED_SQLSTATE`, the shard and the epoch in the detail (``"3 7"``). Expiry
-#: is judged at the check itself (``clock_timestamp()``), not at the transaction's start.
+#: transaction (``FenceShard``). The lease row is taken ``FOR KEY SHARE``: an acquirer or a
+#: release (``FOR UPDATE``) cannot change the tenure until the write's transaction ends,
+#: while the owner's own renewal (``FOR NO KEY UPDATE``, see ``leases``) goes ahead at once
+#: (with ``FOR SHARE`` a renewal waited for every write in flight, and a group commit
+#: fencing two shards in the other order than the renewal locked them deadlocked with it);
+#: without the row the transaction fails with :data:`FENCED_SQLSTATE`, the shard and the
+#: epoch in the detail (``"3 7"``). Expiry is judged at the check itself
+#: (``clock_timestamp()``), not at the transaction's start.
 CLUSTER_FENCE_FUNCTION = f"""CREATE OR REPLACE FUNCTION cluster_fence(fence_shard integer,
         fence_owner text, fence_epoch bigint) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM shard_leases WHERE shard = fence_shard AND owner = fence_owner
         AND epoch = fence_epoch AND expires_at >= extract(epoch FROM clock_timestamp())
-        FOR SHARE;
+        FOR KEY SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'shard % is not held by % under epoch %', fence_shard, fence_owner,
             fence_epoch USING ERRCODE = '{FENCED_SQLSTATE}',
