@@ -19,16 +19,40 @@ A row carrying the recovered prefix (an uncertain send redelivered by recovery, 
 counted apart (``redelivered``): it is the documented at-least-once of a send whose outcome
 was lost with its node, not a duplicate of a plain reply. Notices (acks, queue-full) answer
 nothing.
+
+**Suspended, not lost.** A session interrupted mid-turn across ``stuck_loop_threshold``
+restarts in a row is suspended by the stuck-loop guard (§7 step 4) and its interrupted turn
+is not continued (step 6): by design nothing answers that message. The outbox alone cannot
+tell it from a loss, so :func:`reconcile` takes the database's word as well
+(:class:`Evidence`, built from stored rows by :func:`suspension_evidence`), and counts an
+unanswered message ``suspended`` only when all of this holds:
+
+* its inbox row was consumed by a turn (reason ``turn``) of the session its key routed to,
+  and that session was suspended: its ``sessions`` row ended with ``end_reason =
+  'suspended'`` (the rotation at its next message), or its routing row is still flagged
+  ``suspended`` (not rotated yet);
+* it was consumed during that session's life (between its start and its end), so it was
+  accepted before the suspension;
+* the session's transcript holds its text as a user message *after the session's last
+  answer* (the turns the guard gave up on: the interrupted turn and the continuations of it
+  that were interrupted again; a note riding on it is allowed for);
+* no failure notice names it (a failed turn was answered, not interrupted).
+
+Anything else unanswered stays ``lost``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hermes_actors.model.timeutil import epoch, parse_timestamp
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.turn import FAILED_NOTICE
 
-__all__ = ["RESUMED", "Accepted", "Verdict", "reconcile"]
+__all__ = ["RESUMED", "Accepted", "Consumed", "Evidence", "Suspended", "Verdict",
+           "reconcile", "suspension_evidence"]
 
 #: How a continued turn names the message it continues (the scripted agent's answer).
 RESUMED = "resumed: "
@@ -41,6 +65,42 @@ class Accepted:
     event_id: str
     chat: str
     text: str
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """How the inbox row of one acknowledged message was consumed."""
+
+    session_key: str
+    #: ``turn``, ``command``, ``failed``... (``None``: not consumed).
+    reason: str | None
+    #: Epoch seconds (``None``: not consumed).
+    at: float | None
+
+
+@dataclass(frozen=True)
+class Suspended:
+    """A session the stuck-loop guard suspended, as the database shows it."""
+
+    session_key: str
+    session_id: str
+    #: Epoch seconds of the session's start.
+    started_at: float
+    #: Epoch seconds of its end (the rotation), ``None`` while it is not rotated yet.
+    ended_at: float | None
+    #: The user messages of its transcript after its last answer, in order: the turns
+    #: the guard gave up on.
+    abandoned: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the database says about unanswered messages (see the module docstring)."""
+
+    #: event id -> how its inbox row was consumed.
+    consumed: Mapping[str, Consumed] = field(default_factory=dict)
+    #: The suspended sessions.
+    suspended: tuple[Suspended, ...] = ()
 
 
 @dataclass
@@ -57,6 +117,9 @@ class Verdict:
     continued: list[str] = field(default_factory=list)
     #: Messages answered again with the recovered prefix (uncertain sends).
     redelivered: list[str] = field(default_factory=list)
+    #: Unanswered messages whose session the stuck-loop guard suspended while they were
+    #: its interrupted turn (by design, §7; not counted as lost).
+    suspended: list[str] = field(default_factory=list)
     #: Messages answered exactly once.
     answered: int = 0
 
@@ -69,20 +132,124 @@ class Verdict:
         """The verdict line: ``<n> answered, <n> lost, <n> duplicated, ...``."""
         return (f"{self.answered} answered, {len(self.lost)} lost, "
                 f"{len(self.duplicated)} duplicated, {len(self.out_of_order)} out of order, "
-                f"{len(self.continued)} continued, {len(self.redelivered)} redelivered")
+                f"{len(self.continued)} continued, {len(self.redelivered)} redelivered, "
+                f"{len(self.suspended)} suspended")
 
 
 def reconcile(accepted: Iterable[Accepted],
-              outbox: Mapping[str, Iterable[Mapping[str, object]]]) -> Verdict:
+              outbox: Mapping[str, Iterable[Mapping[str, object]]],
+              evidence: Evidence | None = None) -> Verdict:
     """Judge ``accepted`` (in send order per chat) against ``outbox`` (chat -> rows in
-    cursor order, each with ``kind``, ``text`` and ``in_reply_to``)."""
+    cursor order, each with ``kind``, ``text`` and ``in_reply_to``); with ``evidence``,
+    unanswered messages of suspended sessions are told apart from lost ones."""
     verdict = Verdict()
     by_chat: dict[str, list[Accepted]] = {}
     for message in accepted:
         by_chat.setdefault(message.chat, []).append(message)
+    failed: set[str] = set()
     for chat, messages in by_chat.items():
-        _judge_chat(chat, messages, list(outbox.get(chat, ())), verdict)
+        rows = list(outbox.get(chat, ()))
+        failed.update(e for row in rows if _is_failure(row) for e in _ids(row.get("in_reply_to")))
+        _judge_chat(chat, messages, rows, verdict)
+    if evidence is not None and verdict.lost:
+        texts = {m.event_id: m.text for m in accepted}
+        by_key: dict[str, list[Suspended]] = {}
+        for session in evidence.suspended:
+            by_key.setdefault(session.session_key, []).append(session)
+        keep = []
+        for event_id in verdict.lost:
+            if event_id not in failed and _abandoned(texts[event_id],
+                                                     evidence.consumed.get(event_id), by_key):
+                verdict.suspended.append(event_id)
+            else:
+                keep.append(event_id)
+        verdict.lost = keep
     return verdict
+
+
+_FAILED = FAILED_NOTICE.split("{}")[0]
+
+
+def _is_failure(row: Mapping[str, object]) -> bool:
+    return row.get("kind") == "notice" and str(row.get("text") or "").startswith(_FAILED)
+
+
+def _abandoned(text: str, consumed: Consumed | None,
+               suspended: Mapping[str, list[Suspended]]) -> bool:
+    """Whether a message consumed as ``consumed`` was a turn a suspension gave up on."""
+    if consumed is None or consumed.reason != "turn" or consumed.at is None:
+        return False
+    for session in suspended.get(consumed.session_key, ()):
+        if consumed.at < session.started_at:
+            continue
+        if session.ended_at is not None and consumed.at > session.ended_at:
+            continue
+        if any(m == text or m.endswith("\n\n" + text) for m in session.abandoned):
+            return True
+    return False
+
+
+def suspension_evidence(*, inbox: Iterable[Mapping[str, object]],
+                        sessions: Iterable[Mapping[str, object]],
+                        routing: Iterable[Mapping[str, object]],
+                        messages: Iterable[Mapping[str, object]]) -> Evidence:
+    """:class:`Evidence` from stored rows (``SessionStore.rows``/``Backend.rows`` shapes, or
+    the same columns selected by hand): ``inbox`` (``event_id``, ``session_key``,
+    ``consumed_at``, ``consumed_reason``), ``sessions`` (``id``, ``session_key``,
+    ``started_at``, ``ended_at``, ``end_reason``), ``routing`` (``session_key``, ``entry``
+    JSON, ``suspended``) and ``messages`` (``session_id``, ``role``, ``content``,
+    ``is_reply``, in transcript order) — rows of other sessions are ignored."""
+    consumed = {
+        str(row["event_id"]): Consumed(str(row["session_key"]),
+                                       _text(row.get("consumed_reason")),
+                                       _number(row.get("consumed_at")))
+        for row in inbox}
+    found: dict[str, tuple[str, float | None, float | None]] = {}
+    for row in sessions:
+        if row.get("end_reason") == "suspended" and row.get("session_key"):
+            found[str(row["id"])] = (str(row["session_key"]), _number(row.get("started_at")),
+                                     _number(row.get("ended_at")))
+    for row in routing:
+        if not row.get("suspended"):
+            continue
+        try:
+            entry = json.loads(str(row["entry"]))
+        except ValueError:
+            continue
+        sid = entry.get("session_id") if isinstance(entry, dict) else None
+        if isinstance(sid, str) and sid not in found:
+            started = _number(entry.get("created_at"))
+            found[sid] = (str(row["session_key"]), started, None)
+    transcripts: dict[str, list[Mapping[str, object]]] = {sid: [] for sid in found}
+    for row in messages:
+        sid = str(row.get("session_id"))
+        if sid in transcripts:
+            transcripts[sid].append(row)
+    suspended = []
+    for sid, (key, started, ended) in found.items():
+        abandoned: list[str] = []
+        for row in transcripts[sid]:
+            if row.get("is_reply") or row.get("role") == "assistant":
+                abandoned = []  # answered up to here
+            elif row.get("role") == "user":
+                abandoned.append(str(row.get("content") or ""))
+        suspended.append(Suspended(key, sid, started if started is not None else 0.0, ended,
+                                   tuple(abandoned)))
+    return Evidence(consumed, tuple(suspended))
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: object) -> float | None:
+    """Epoch seconds of a stored time: a number, or an ISO 8601 text (an entry's times)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    moment = parse_timestamp(value)
+    return None if moment is None else epoch(moment)
 
 
 def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, object]],

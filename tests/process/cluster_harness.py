@@ -9,6 +9,7 @@ every 50 ms until a deadline; nothing sleeps for a guessed time.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -17,7 +18,13 @@ from collections.abc import Callable
 import psycopg
 
 from hermes_actors.cluster.shards import shard_of
-from hermes_actors.testing.reconcile import Accepted, Verdict, reconcile
+from hermes_actors.testing.reconcile import (
+    Accepted,
+    Evidence,
+    Verdict,
+    reconcile,
+    suspension_evidence,
+)
 
 from .conftest import GatewayProcess
 
@@ -152,12 +159,42 @@ class Cluster:
         return [{"kind": k, "text": t, "in_reply_to": (r or "").split()} for k, t, r in rows]
 
     def settled(self) -> bool:
-        """Every acknowledged message answered (or the verdict will say why not)."""
-        verdict = reconcile(self.accepted, {c: self.outbox(c) for c in CHATS})
-        return not verdict.lost
+        """Every acknowledged message answered, or its session suspended by the stuck-loop
+        guard while it was the interrupted turn (or the verdict will say why not)."""
+        return not self.verdict().lost
 
     def verdict(self) -> Verdict:
-        return reconcile(self.accepted, {c: self.outbox(c) for c in CHATS})
+        """The reconciliation of every acknowledged message, with the database's evidence
+        on the unanswered ones (:func:`~hermes_actors.testing.reconcile.reconcile`)."""
+        outbox = {c: self.outbox(c) for c in CHATS}
+        verdict = reconcile(self.accepted, outbox)
+        if not verdict.lost:
+            return verdict
+        return reconcile(self.accepted, outbox, self.evidence(verdict.lost))
+
+    def evidence(self, event_ids: list[str]) -> Evidence:
+        """What the database says of these (unanswered) messages and their sessions'
+        suspensions."""
+        inbox = self._rows("SELECT event_id, session_key, consumed_at, consumed_reason"
+                           " FROM inbox WHERE event_id = ANY(%s)", (event_ids,))
+        keys = sorted({str(row["session_key"]) for row in inbox})
+        sessions = self._rows("SELECT id, session_key, started_at, ended_at, end_reason"
+                              " FROM sessions WHERE end_reason = 'suspended'"
+                              " AND session_key = ANY(%s)", (keys,))
+        routing = self._rows("SELECT session_key, entry, suspended FROM routing"
+                             " WHERE suspended AND session_key = ANY(%s)", (keys,))
+        ids = [row["id"] for row in sessions]
+        ids += [json.loads(row["entry"]).get("session_id") for row in routing]
+        messages = self._rows("SELECT session_id, role, content, is_reply FROM messages"
+                              " WHERE session_id = ANY(%s) ORDER BY id", (ids,))
+        return suspension_evidence(inbox=inbox, sessions=sessions, routing=routing,
+                                   messages=messages)
+
+    def _rows(self, statement: str, params: tuple = ()) -> list[dict]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(statement, params)
+            names = [column.name for column in cur.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def load(self, i: int) -> list[str]:
         """Once balanced: a message for every chat, then a slow turn for every chat of node

@@ -9,6 +9,7 @@ import pytest
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import resume_note
 from hermes_actors.testing import db_rows, node_values
+from hermes_actors.testing.reconcile import Accepted, reconcile, suspension_evidence
 
 from .conftest import crash_at, outbox
 
@@ -20,6 +21,12 @@ KEY = "agent:main:telegram:dm:42"
 def harness_store(every_backend):
     """Every recovery here runs on each store backend."""
     return every_backend
+
+
+def evidence(child):
+    """The reconciliation's evidence, from the rows the child's store holds."""
+    return suspension_evidence(**{table: db_rows(child.home, table, config=child.config)
+                                  for table in ("inbox", "sessions", "routing", "messages")})
 
 
 def routing(child):
@@ -111,15 +118,20 @@ class TestStuckLoop:
 
     def test_suspended_after_three(self, spawn):
         config = {"agent": {"auto_continue_freshness": 0}}
-        for _ in range(3):
+        interrupted = []
+        for n in range(3):
             child = spawn(config)
             assert child.report["suspended"] == []
-            child.send("sleep 60")
+            interrupted.append(Accepted(child.send(f"sleep 6{n}"), "42", f"sleep 6{n}"))
             child.expect("TURN")
             child.kill()
         old = routing(child)["session_id"]
         last = spawn(config)
         assert last.report["suspended"] == [KEY]
+        # suspended, not rotated yet: the routing row is the evidence
+        assert reconcile(interrupted, {}, evidence(child)).suspended == [
+            m.event_id for m in interrupted]
+        status = Accepted(last.send("/status"), "42", "/status")  # a command, not a turn
         last.send("hi")
         last.idle()
         last.stop()
@@ -128,6 +140,11 @@ class TestStuckLoop:
         assert entry["was_auto_reset"] is True and entry["prev_session_id"] == old
         counts = node_values(child.home, child.config).get("restart_counts", {})
         assert KEY not in counts
+        # rotated: the old session's row ended "suspended"; the three interrupted turns
+        # are its abandoned ones, anything else unanswered stays lost
+        verdict = reconcile([*interrupted, status], {}, evidence(child))
+        assert verdict.suspended == [m.event_id for m in interrupted]
+        assert verdict.lost == [status.event_id]
 
     def test_a_crash_during_recovery_keeps_the_count(self, spawn):
         # Boot 1 dies mid-turn; boot 2 counts it, flags the session for resume and dies
