@@ -87,7 +87,10 @@ class NodeSessions:
         """Re-read the sessions' routing rows, then the supervisor's recovery of them."""
         gw = self._gw
         gw.store.refresh_entries(belongs)
-        return gw._supervisor.recover_shard(belongs).get()
+        recovered = gw._supervisor.recover_shard(belongs).get()
+        # the sessions with a (shared) stuck-loop count: a successful turn resets theirs
+        gw._counted = gw._supervisor.counted_keys().get()
+        return recovered
 
     def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
         """The unconsumed inbox events of ``shards``' sessions, in arrival order."""

@@ -2,7 +2,15 @@
 
 One per gateway. Its mailbox serialises everything that touches the node's state (the
 restart counts, the restart-storm boots and the clean-shutdown marker, kept by the store's
-backend: ``NodeRecords``), so those never race. The decisions themselves are pure functions
+backend: ``NodeRecords``), so those never race.
+
+On a cluster node the stuck-loop counts are not the node's own but the database's, per
+session (``SessionStore.session_restarts``, shared by every node): a session whose turn is
+interrupted on node A, then on B, then on A again is suspended by whichever node recovers
+it the third time. The node that recovers a shard reads its sessions' counts afresh and
+writes the new ones in the transaction that settles their turn markers (fenced like it:
+only the shard's owner counts); ``_counts`` then caches the counts of the sessions this node
+recovered, for the reset after a successful turn. The decisions themselves are pure functions
 (:mod:`hermes_actors.store.recovery`, :mod:`.recovery_rules`); this actor gathers the durable
 facts, applies the verdicts through the store and the delivery, and keeps the statistics.
 """
@@ -62,7 +70,9 @@ class SupervisorActor(LightActor):
         self._config = config
         self._clock = clock
         self._delivery = delivery
-        self._counts: dict[str, int] = store.restart_counts()
+        #: Whether the counts are the cluster's, per session (see the module docstring).
+        self._shared = bool(getattr(getattr(config, "cluster", None), "enabled", False))
+        self._counts: dict[str, int] = {} if self._shared else store.restart_counts()
         self._suspensions = 0
         self._redelivered = 0
         self._drain_timeouts = 0
@@ -95,7 +105,19 @@ class SupervisorActor(LightActor):
         verdicts = store.judge_interrupted_turns(self._clock.time(), max_age, belongs)
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
-        if belongs is None:
+        also = []
+        if self._shared and belongs is not None:
+            # the cluster's counts of these sessions, counted in the settlement's transaction
+            stored = {k: n for k, n in store.session_restarts().items() if belongs(k)}
+            ours = next_restart_counts(stored, mid_turn, waiting)
+            changes = [(k, ours.get(k, 0)) for k in sorted({*stored, *ours})
+                       if ours.get(k, 0) != stored.get(k, 0)]
+            if changes:
+                also.append(store.session_restarts_op(changes))
+            self._counts = {**{k: n for k, n in self._counts.items() if not belongs(k)},
+                            **ours}
+            self._interrupted += tuple(mid_turn)
+        elif belongs is None:
             self._write_counts(next_restart_counts(self._counts, mid_turn, waiting))
             self._interrupted = tuple(mid_turn)
         else:  # one shard's sessions: the other sessions' counts are not this pass's
@@ -118,7 +140,7 @@ class SupervisorActor(LightActor):
                                                 reason, owed))
         # One transaction: owed answers recorded (the sweep delivers them), markers cleared,
         # resumable sessions flagged.
-        store.settle_markers(settlements, ledger_on=self._delivery.ledger_enabled)
+        store.settle_markers(settlements, ledger_on=self._delivery.ledger_enabled, also=also)
         crashpoint("during_recovery")
         if not self._delivery.ledger_enabled:  # nothing durable to sweep: send them now
             for target, content, kind in unrecorded:
@@ -135,7 +157,10 @@ class SupervisorActor(LightActor):
                 self._suspensions += 1
                 log.warning("session suspended after %d interrupted restarts key=%s",
                             self._counts[key], key)
-        if stuck:
+        if stuck and self._shared:
+            self._counts = {k: n for k, n in self._counts.items() if k not in stuck}
+            self._store.write_session_restarts((k, 0) for k in stuck)
+        elif stuck:
             self._write_counts({k: n for k, n in self._counts.items() if k not in stuck})
         return stuck
 
@@ -207,8 +232,16 @@ class SupervisorActor(LightActor):
 
     def turn_succeeded(self, session_key: str) -> None:
         """A successful turn resets the session's stuck-loop counter."""
-        if session_key in self._counts:
+        if session_key not in self._counts:
+            return
+        if not self._shared:
             self._write_counts({k: n for k, n in self._counts.items() if k != session_key})
+            return
+        del self._counts[session_key]
+        try:
+            self._store.write_session_restarts([(session_key, 0)])
+        except FencedError:  # the shard is another node's now: its recovery counts
+            pass
 
     def drain_finished(self, interrupted: list[str], reason: str) -> None:
         """At stop: mark sessions interrupted at the drain deadline and count the restart."""
@@ -219,7 +252,17 @@ class SupervisorActor(LightActor):
                 continue         # judges the session's marker
         self._drain_timeouts += len(interrupted)
         crashpoint("during_drain")
-        self._write_counts(next_restart_counts(self._counts, interrupted))
+        if not self._shared:
+            self._write_counts(next_restart_counts(self._counts, interrupted))
+            return
+        # a handover (or the stop) of some shards: only these sessions' counts change
+        stored = self._store.session_restarts()
+        counts = [(key, stored.get(key, 0) + 1) for key in dict.fromkeys(interrupted)]
+        try:
+            self._store.write_session_restarts(counts)
+        except FencedError:  # lost meanwhile: the new owner judges their markers
+            return
+        self._counts.update(counts)
 
     def write_clean_shutdown(self) -> None:
         """The last act of a graceful stop."""

@@ -10,7 +10,8 @@ list however lists are committed (a group commit, a writer in another process).
 
 Which ops are fenced is decided from the ops alone (:func:`fenced_keys`): those that change a
 session's routing row, record or claim what is owed to its chat, or append to its outbox —
-the writes that make a turn happen or a reply go out. Ingress (``AcceptEvent``) is never
+the writes that make a turn happen or a reply go out, and the sessions' stuck-loop counts
+(``SetSessionRestarts``: only the shard's owner counts its sessions' restarts). Ingress (``AcceptEvent``) is never
 fenced: any node accepts any message. A list for a shard the node does not hold *now*
 (:meth:`LeaseManager.owned` says so by its local deadline) is refused before it is sent.
 Either refusal raises :class:`~hermes_actors.errors.FencedError`, is counted, and is
@@ -37,6 +38,7 @@ from hermes_actors.store.ops import (
     OutboxAppend,
     PutRouting,
     SetRoutingFlags,
+    SetSessionRestarts,
 )
 
 __all__ = ["FenceStatistics", "ShardFence", "fenced_keys"]
@@ -53,6 +55,8 @@ def fenced_keys(ops: Iterable[Op]) -> set[str]:
             keys.add(op.session_key)
         elif isinstance(op, DeleteRouting):
             keys.update(op.session_keys)
+        elif isinstance(op, SetSessionRestarts):
+            keys.update(key for key, _ in op.counts)
     return keys
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.core import StoreCore
-from hermes_actors.store.ops import NodeValue
+from hermes_actors.store.ops import NodeValue, SetSessionRestarts
 
 __all__ = ["NodeRecords"]
 
@@ -72,6 +73,23 @@ class NodeRecords:
     def write_restart_counts(self, counts: dict[str, int]) -> None:
         """Replace the restart counts."""
         self._put("restart_counts", dict(counts))
+
+    def session_restarts(self) -> dict[str, int]:
+        """The per-session stuck-loop counts shared by the store's nodes (a cluster's
+        database; one node's own counts on a store of one node)."""
+        counts = self._core.read(lambda backend: backend.session_restarts(self.node_id))
+        return {str(k): int(v) for k, v in counts.items() if int(v) > 0}
+
+    def session_restarts_op(self, counts: Iterable[tuple[str, int]]) -> SetSessionRestarts:
+        """The op that sets some sessions' shared counts (0 removes one)."""
+        return SetSessionRestarts(self.node_id, tuple((str(k), int(n)) for k, n in counts),
+                                  self._core.ts())
+
+    def write_session_restarts(self, counts: Iterable[tuple[str, int]]) -> None:
+        """Set some sessions' shared counts now (nothing to write: no transaction)."""
+        op = self.session_restarts_op(counts)
+        if op.counts:
+            self._core.apply([op])
 
     def restart_boots(self) -> list[float]:
         """Epoch times of recent boots that had sessions to resume (the storm guard)."""

@@ -43,6 +43,7 @@ __all__ = [
     "PutRouting",
     "AppendMessage",
     "SetRoutingFlags",
+    "SetSessionRestarts",
     "WithdrawEvent",
 ]
 
@@ -278,6 +279,21 @@ class NodeValue:
     value: str | None
 
 
+@dataclass
+class SetSessionRestarts:
+    """Set the stuck-loop counts of some sessions (§7 step 4): ``counts`` holds
+    ``(session_key, consecutive restarts)`` pairs, 0 removing the session's count; other
+    sessions' counts stay. The counts are the store's, per session: a database of a cluster
+    (PostgreSQL, table ``session_restarts``) shares them between every node, so that the node
+    recovering a shard counts restarts a session was interrupted across on any node; a
+    store of one node (SQLite, the files) keeps them in the ``restart_counts`` value of
+    ``node_id``'s state, in the format of §5. Only a cluster node writes them this way."""
+
+    node_id: str
+    counts: tuple[tuple[str, int], ...]
+    at: float
+
+
 Op = (
     CreateSession
     | EndSession
@@ -299,4 +315,5 @@ Op = (
     | SetRoutingFlags
     | FenceShard
     | NotifyShard
+    | SetSessionRestarts
 )

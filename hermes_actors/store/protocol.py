@@ -79,6 +79,12 @@ class Backend(Protocol):
         """The named state values of ``node_id`` (JSON texts), see :data:`NODE_VALUES`."""
         ...
 
+    def session_restarts(self, node_id: str) -> dict[str, int]:
+        """The stuck-loop counts :class:`~hermes_actors.store.ops.SetSessionRestarts`
+        keeps (``session_key -> count``, positive only): every node's on a database of a
+        cluster, ``node_id``'s own on a store of one node."""
+        ...
+
     # -- routing ----------------------------------------------------------------------------
 
     def routing_keys(self) -> dict[str, None]:

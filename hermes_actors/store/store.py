@@ -312,12 +312,13 @@ class SessionStore:
         return self._turns.judge_interrupted_turns(now, max_age, belongs)
 
     def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
-                       ledger_on: bool = True) -> int:
+                       ledger_on: bool = True, also: Iterable[Op] = ()) -> int:
         """Settle recovered turn markers in ONE transaction: each marker still holding
         its token is cleared, marked ``resume_pending`` with the given reason (not on a
         suspended entry), and its owed answer recorded ``pending`` in the ledger (with
-        ``ledger_on``). Returns how many markers were cleared."""
-        return self._turns.settle_markers(settlements, ledger_on=ledger_on)
+        ``ledger_on``); the ops ``also`` (a cluster node's restart counts) are part of it.
+        Returns how many markers were cleared."""
+        return self._turns.settle_markers(settlements, ledger_on=ledger_on, also=also)
 
     def recover_interrupted_turns(self, max_age_seconds: float) -> int:
         """After an unclean stop, settle every turn marker as the supervisor does: a
@@ -460,6 +461,19 @@ class SessionStore:
     def write_restart_counts(self, counts: dict[str, int]) -> None:
         """Replace the restart counts."""
         return self._node.write_restart_counts(counts)
+
+    def session_restarts(self) -> dict[str, int]:
+        """The per-session stuck-loop counts a cluster's nodes share (every node's, read
+        from the database now; on a store of one node, the node's own counts)."""
+        return self._node.session_restarts()
+
+    def session_restarts_op(self, counts: Iterable[tuple[str, int]]) -> Op:
+        """The op setting those counts (0 removes one), for a caller's transaction."""
+        return self._node.session_restarts_op(counts)
+
+    def write_session_restarts(self, counts: Iterable[tuple[str, int]]) -> None:
+        """Set some sessions' shared stuck-loop counts (0 removes one) now."""
+        return self._node.write_session_restarts(counts)
 
     def restart_boots(self) -> list[float]:
         """Epoch times of recent boots that had sessions to resume (the storm guard)."""

@@ -167,14 +167,15 @@ class TurnRecords:
                                  now, max_age)) for e in marked]
 
     def settle_markers(self, settlements: Iterable[MarkerSettlement], *,
-                       ledger_on: bool = True) -> int:
+                       ledger_on: bool = True, also: Iterable[Op] = ()) -> int:
         """Settle recovered turn markers in ONE transaction: each marker still holding its
         token is cleared, marked ``resume_pending`` with the given reason (not on a
         suspended entry), and its owed answer recorded ``pending`` in the ledger (with
-        ``ledger_on``). Returns how many markers were cleared."""
+        ``ledger_on``); ``also`` are more ops of the same transaction. Returns how many
+        markers were cleared."""
         core = self._core
         now = core.now()
-        ops: list[Op] = []
+        ops: list[Op] = list(also)
         put = []
         with core.all_keys():
             for item in settlements:

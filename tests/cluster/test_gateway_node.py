@@ -234,3 +234,98 @@ class TestShardReads:
                 r.session_key for r in backend.routing_rows() if shards(r.session_key))
             assert backend.shard_pending_inbox(SHARDS, sorted(wanted)) == [
                 (k, p) for k, p in backend.pending_inbox() if shards(k)]
+
+
+class TestStuckLoopAcrossNodes:
+    """A session's consecutive interrupted restarts are counted per session in the shared
+    database, whichever node it was interrupted on: interrupted on node A, then on B, then
+    on A again (restarted on its home), it is suspended by the node that recovers it next,
+    although no single node saw it interrupted three times."""
+
+    def test_interrupted_on_a_then_b_then_a_is_suspended(self, postgres_dsn, tmp_path):
+        config = load_config({
+            "store": {"backend": "postgres", "dsn": postgres_dsn, "pool_size": 2},
+            "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": 2, "heartbeat": 0.2},
+            "agent": {"kind": "scripted", "auto_continue_freshness": 0},
+            "busy_input_mode": "queue",
+        }, env={})
+        adapter = InMemoryAdapter("telegram")
+        message = _message("77", 0)
+        homes = [tmp_path / "a", tmp_path / "b", tmp_path / "a", tmp_path / "b"]
+        running: list[Gateway] = []
+        try:
+            previous = None
+            for n, home in enumerate(homes):
+                gw = Gateway(home, config, adapters=[adapter])
+                gw.start()
+                running.append(gw)
+                # the node alone serves every shard once the crashed one's leases expired
+                assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30), \
+                    gw.stats()["cluster"]
+                if previous is not None:
+                    previous.stop(drain_timeout=0)  # its writes are refused: nothing moves
+                    running.remove(previous)
+                key = gw.store.session_key_for(message.source)
+                counts = gw.store.session_restarts()
+                if n == len(homes) - 1:
+                    break
+                assert counts.get(key, 0) == n  # the interruptions on the other nodes
+                gw.submit(MessageEvent(source=message.source, text=f"sleep 6{n}"))
+                _wait_until(lambda gw=gw, key=key: _marked(gw, key), "the turn running")
+                gw.cluster.manager.halt()  # a crash: nothing more written, leases expire
+                previous = gw
+            assert gw.store.get(key).suspended, gw.store.get(key)
+            assert key not in gw.store.session_restarts()  # the count removed with it
+            assert gw.stats()["supervisor"]["suspensions"] == 1
+            gw.submit(MessageEvent(source=message.source, text="hi"))
+            assert gw.wait_idle(30)
+            assert gw.store.get(key).auto_reset_reason == "suspended"
+            assert _replies(adapter, "77") == ["echo: hi"]
+        finally:
+            for gw in running:
+                gw.stop(drain_timeout=0)
+
+    def test_a_successful_turn_resets_the_shared_count(self, postgres_dsn, tmp_path):
+        config = load_config({
+            "store": {"backend": "postgres", "dsn": postgres_dsn, "pool_size": 2},
+            "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": 2, "heartbeat": 0.2},
+            "agent": {"kind": "scripted", "auto_continue_freshness": 0},
+        }, env={})
+        adapter = InMemoryAdapter("telegram")
+        source = _message("78", 0).source
+        first = Gateway(tmp_path / "a", config, adapters=[adapter])
+        first.start()
+        second = None
+        try:
+            assert first.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            key = first.store.session_key_for(source)
+            first.submit(MessageEvent(source=source, text="sleep 60"))
+            _wait_until(lambda: _marked(first, key), "the turn running")
+            first.cluster.manager.halt()
+            second = Gateway(tmp_path / "b", config, adapters=[adapter])
+            second.start()
+            assert second.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            assert second.store.session_restarts() == {key: 1}
+            second.submit(MessageEvent(source=source, text="hi"))
+            assert second.wait_idle(30)
+            assert _replies(adapter, "78") == ["echo: hi"]
+            assert second.store.session_restarts() == {}  # not consecutive any more
+        finally:
+            first.stop(drain_timeout=0)
+            if second is not None:
+                second.stop(drain_timeout=0)
+
+
+def _marked(gw: Gateway, key: str) -> bool:
+    rows = gw.store.backend.sql("SELECT active_turn_token FROM routing WHERE session_key = %s",
+                                (key,))
+    return bool(rows and rows[0][0])
+
+
+def _wait_until(check, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.05)

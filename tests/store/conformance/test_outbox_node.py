@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_actors.store.ops import NodeValue, OutboxAppend, OutboxPrune
+from hermes_actors.store.ops import NodeValue, OutboxAppend, OutboxPrune, SetSessionRestarts
 
 from .ops import T0
 
@@ -59,3 +59,35 @@ class TestNode:
         again = opened.reopen()
         assert again.node_values(node) == {"restart_counts": '{"k": 2}'}
         assert again.node_values("another node") == {}
+
+
+class TestSessionRestarts:
+    """``SetSessionRestarts`` sets some sessions' stuck-loop counts and leaves the others; a
+    store of one node keeps them as its ``restart_counts`` value (§5), a cluster's database
+    per session for every node."""
+
+    def test_set_and_removed(self, opened):
+        node = opened.backend.node_id()
+        assert opened.backend.session_restarts(node) == {}
+        opened.backend.apply([SetSessionRestarts(node, (("a", 2), ("b", 1)), T0)])
+        opened.backend.apply([SetSessionRestarts(node, (("a", 0), ("c", 3)), T0 + 1)])
+        assert opened.backend.session_restarts(node) == {"b": 1, "c": 3}
+        assert opened.reopen().session_restarts(node) == {"b": 1, "c": 3}
+
+    def test_one_node_keeps_them_in_its_restart_counts(self, opened):
+        node = opened.backend.node_id()
+        opened.backend.apply([NodeValue(node, "restart_counts", '{"k": 2}')])
+        opened.backend.apply([SetSessionRestarts(node, (("a", 1),), T0)])
+        if opened.kind == "postgres":  # per session, whichever node: not a node's value
+            assert opened.backend.session_restarts("another node") == {"a": 1}
+            assert opened.backend.node_values(node)["restart_counts"] == '{"k": 2}'
+        else:
+            assert opened.backend.node_values(node)["restart_counts"] == '{"a": 1, "k": 2}'
+            assert opened.backend.session_restarts(node) == {"a": 1, "k": 2}
+
+    def test_in_the_transaction_of_other_writes(self, backend):
+        node = backend.node_id()
+        backend.apply([SetSessionRestarts(node, (("a", 1),), T0),
+                       OutboxAppend("a", "webhook", "42", None, "x", "reply", T0)])
+        assert backend.session_restarts(node) == {"a": 1}
+        assert len(backend.outbox_read("webhook", "42", 0, 10)) == 1

@@ -55,9 +55,11 @@ from hermes_actors.store.ops import (
     PruneInbox,
     PutRouting,
     SetRoutingFlags,
+    SetSessionRestarts,
     WithdrawEvent,
 )
 from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, Backend
+from hermes_actors.store.restarts import merged_restart_counts, parse_restart_counts
 from hermes_actors.store.routing import (
     FLAG_FIELDS,
     RoutingFlags,
@@ -79,7 +81,7 @@ _ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
 #: Every operation this backend applies; anything else refuses the whole list up front
 #: (memory changes cannot be rolled back, so nothing may fail half-way).
 _KNOWN = frozenset((*_INBOX_OPS, *_LEDGER_OPS, *_NO_TABLE, *_ROUTING_OPS, NodeValue,
-                    OutboxAppend, OutboxPrune))
+                    SetSessionRestarts, OutboxAppend, OutboxPrune))
 
 
 def _row_from_data(key: str, data: dict[str, Any]) -> RoutingRow:
@@ -177,6 +179,10 @@ class FilesBackend:
             for op in ops:
                 if isinstance(op, NodeValue):
                     write_home_file(self._home, op.name, op.value)
+                elif isinstance(op, SetSessionRestarts):  # one node: its restart_counts
+                    current = read_home_files(self._home).get("restart_counts")
+                    write_home_file(self._home, "restart_counts",
+                                    merged_restart_counts(current, op.counts))
         except OSError as exc:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         with self._lock:
@@ -202,7 +208,7 @@ class FilesBackend:
             return 1
         if isinstance(op, DeleteRouting):
             return sum(self._routing.pop(key, None) is not None for key in op.session_keys)
-        if isinstance(op, (*_NO_TABLE, NodeValue)):
+        if isinstance(op, (*_NO_TABLE, NodeValue, SetSessionRestarts)):
             return None  # no sessions table here; transcripts and node files are written
         self._volatile()
         if isinstance(op, _INBOX_OPS):
@@ -230,6 +236,10 @@ class FilesBackend:
     def node_values(self, node_id: str) -> dict[str, str]:
         """The node's state values, read from the home's files (one node per home)."""
         return read_home_files(self._home) if node_id == self._node_id else {}
+
+    def session_restarts(self, node_id: str) -> dict[str, int]:
+        """The node's stuck-loop counts (``restart_counts.json``: one node per home)."""
+        return parse_restart_counts(self.node_values(node_id).get("restart_counts"))
 
     # -- routing ----------------------------------------------------------------------------
 

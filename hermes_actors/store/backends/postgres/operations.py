@@ -53,6 +53,7 @@ from hermes_actors.store.ops import (
     PruneInbox,
     PutRouting,
     SetRoutingFlags,
+    SetSessionRestarts,
     WithdrawEvent,
 )
 
@@ -147,6 +148,14 @@ _PUT_NODE_VALUE = (
     " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
 )
 _DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = %s AND name = %s"
+#: The stuck-loop counts per session, shared by every node (migration 4).
+_PUT_SESSION_RESTARTS = (
+    "INSERT INTO session_restarts (session_key, restarts, updated_at)"
+    " SELECT k, n, %s FROM unnest(%s::text[], %s::integer[]) AS c(k, n)"
+    " ON CONFLICT (session_key) DO UPDATE SET restarts = excluded.restarts,"
+    " updated_at = excluded.updated_at"
+)
+_DELETE_SESSION_RESTARTS = "DELETE FROM session_restarts WHERE session_key = ANY(%s::text[])"
 
 
 def _json(value: Any) -> str | None:
@@ -202,6 +211,7 @@ class PostgresOps:
             NodeValue: self._node_value,
             FenceShard: self._fence_shard,
             NotifyShard: self._notify_shard,
+            SetSessionRestarts: self._session_restarts,
         }
 
     def apply(self, batch: Batch, op: Op) -> Any:
@@ -340,3 +350,13 @@ class PostgresOps:
             batch.add(_DELETE_NODE_VALUE, (op.node_id, op.name))
         else:
             batch.add(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))
+
+    def _session_restarts(self, batch: Batch, op: SetSessionRestarts) -> None:
+        # per session, whichever node writes (node_id is a one-node store's business)
+        last = dict(op.counts)  # a key named twice: its last count
+        put = sorted((k, int(n)) for k, n in last.items() if int(n) > 0)
+        gone = sorted(k for k, n in last.items() if int(n) <= 0)
+        if put:
+            batch.add(_PUT_SESSION_RESTARTS, (op.at, [k for k, _ in put], [n for _, n in put]))
+        if gone:
+            batch.add(_DELETE_SESSION_RESTARTS, (gone,))

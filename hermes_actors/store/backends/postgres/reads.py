@@ -141,6 +141,12 @@ class Reads:
         return self._read(lambda cur: dict(cur.execute(
             "SELECT name, value FROM node_state WHERE node_id = %s", (node_id,)).fetchall()))
 
+    def session_restarts(self, node_id: str) -> dict[str, int]:
+        """Every session's stuck-loop count (shared by the nodes; ``node_id`` unused)."""
+        return self._read(lambda cur: dict(cur.execute(
+            "SELECT session_key, restarts FROM session_restarts ORDER BY session_key"
+        ).fetchall()))
+
     # -- transcripts ------------------------------------------------------------------------
 
     def _messages(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:

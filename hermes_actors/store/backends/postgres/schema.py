@@ -19,7 +19,9 @@ Migration 2 adds the cluster's coordination tables (``cluster``, ``cluster_nodes
 ``shard_leases``; see :mod:`~hermes_actors.store.backends.postgres.leases`) and the SQL twin
 of :func:`hermes_actors.cluster.shards.shard_of`. They hold no session data: ``db migrate``
 does not copy them. Migration 3 adds ``cluster_fence``, the fencing token's check inside a
-cluster node's writes.
+cluster node's writes. Migration 4 adds ``session_restarts``, the stuck-loop counts per
+session that every node of a cluster shares (a single gateway keeps its own in
+``node_state``, as on SQLite).
 
 Full-text search is an expression GIN index over ``to_tsvector('simple', ...)``: the
 ``simple`` configuration lowercases and does not stem, like FTS5's default tokenizer. Only
@@ -39,6 +41,7 @@ __all__ = [
     "CLUSTER_FENCE_FUNCTION",
     "CLUSTER_SHARD_FUNCTION",
     "CLUSTER_TABLES",
+    "SESSION_RESTARTS_DDL",
     "FENCED_SQLSTATE",
     "FTS_CHARS",
     "FTS_DDL",
@@ -238,19 +241,30 @@ BEGIN
     END IF;
 END
 $$"""
+#: ``session_restarts``: per session key, the consecutive restarts (on any node) its turn
+#: was interrupted across (§7 step 4); a row exists only while the count is positive. The
+#: node that recovers a shard reads and writes its sessions' rows in the transaction that
+#: settles their turn markers (``SetSessionRestarts``, fenced like them).
+SESSION_RESTARTS_DDL = """CREATE TABLE IF NOT EXISTS session_restarts (
+        session_key text NOT NULL PRIMARY KEY,
+        restarts integer NOT NULL CHECK (restarts > 0),
+        updated_at double precision NOT NULL)"""
+
+
 def inbox_channel(shard: int) -> str:
     """The ``LISTEN``/``NOTIFY`` channel of ``shard``'s inbox (a plain identifier)."""
     return f"hermes_inbox_{int(shard)}"
 
 
 #: The cluster's tables, in the order the diagnostics list them.
-CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases")
+CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases", "session_restarts")
 
 #: Forward migrations; migration N adds row N to ``schema_version``.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (*CANONICAL_DDL, FTS_DDL),
     (*CLUSTER_DDL, CLUSTER_SHARD_FUNCTION),
     (CLUSTER_FENCE_FUNCTION,),
+    (SESSION_RESTARTS_DDL,),
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -258,7 +272,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: migrations so far wrote their latest forms; a later migration that changes a table must
 #: write its new form out here). Cluster tables that come back empty are a cluster that
 #: the next node creates anew: its leases start free, so nobody keeps a stale tenure.
-LATEST_DDL: tuple[str, ...] = (*CANONICAL_DDL, *CLUSTER_DDL)
+LATEST_DDL: tuple[str, ...] = (*CANONICAL_DDL, *CLUSTER_DDL, SESSION_RESTARTS_DDL)
 
 
 def applied_version(conn: Any) -> int:

@@ -61,6 +61,7 @@ from hermes_actors.store.backends.sqlite.schema import (
 )
 from hermes_actors.store.ops import Op
 from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
+from hermes_actors.store.restarts import parse_restart_counts
 from hermes_actors.store.routing import (
     NO_FLAGS,
     RoutingFlags,
@@ -516,6 +517,10 @@ class SessionDB:
         """The named state values of ``node_id``."""
         return self._read(lambda: dict(self._database.execute_sql(
             "SELECT name, value FROM node_state WHERE node_id = ?", (node_id,)).fetchall()))
+
+    def session_restarts(self, node_id: str) -> dict[str, int]:
+        """The node's stuck-loop counts (its ``restart_counts`` value: one node here)."""
+        return parse_restart_counts(self.node_values(node_id).get("restart_counts"))
 
     def _messages(self, where: str, params: tuple, tail: str = "") -> list[dict[str, Any]]:
         rows = self._database.execute_sql(

@@ -43,8 +43,10 @@ from hermes_actors.store.ops import (
     PruneInbox,
     PutRouting,
     SetRoutingFlags,
+    SetSessionRestarts,
     WithdrawEvent,
 )
+from hermes_actors.store.restarts import merged_restart_counts
 
 __all__ = ["KNOWN_SESSIONS", "SqliteOps"]
 
@@ -99,6 +101,7 @@ _PUT_NODE_VALUE = (
     " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
 )
 _DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = ? AND name = ?"
+_GET_NODE_VALUE = "SELECT value FROM node_state WHERE node_id = ? AND name = ?"
 _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -176,6 +179,7 @@ class SqliteOps:
             OutboxAppend: self._outbox_append,
             OutboxPrune: self._outbox_prune,
             NodeValue: self._node_value,
+            SetSessionRestarts: self._session_restarts,
         }
 
     def apply(self, op: Op) -> Any:
@@ -357,3 +361,9 @@ class SqliteOps:
             self._db.execute_sql(_DELETE_NODE_VALUE, (op.node_id, op.name))
         else:
             self._db.execute_sql(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))
+
+    def _session_restarts(self, op: SetSessionRestarts) -> None:
+        # one node per SQLite store: the counts are the node's ``restart_counts`` value
+        row = self._db.execute_sql(_GET_NODE_VALUE, (op.node_id, "restart_counts")).fetchone()
+        value = merged_restart_counts(row[0] if row else None, op.counts)
+        self._db.execute_sql(_PUT_NODE_VALUE, (op.node_id, "restart_counts", value))
