@@ -18,6 +18,7 @@ from typing import Any
 import pykka
 
 from hermes_actors.cluster.shards import ShardSet
+from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.session_actor import (
@@ -86,6 +87,7 @@ class NodeSessions:
     def recover_sessions(self, belongs: Callable[[str], bool]) -> tuple[RecoveryReport, list]:
         """Re-read the sessions' routing rows, then the supervisor's recovery of them."""
         gw = self._gw
+        self._usable()
         gw.store.refresh_entries(belongs)
         recovered = gw._supervisor.recover_shard(belongs).get()
         # the sessions with a (shared) stuck-loop count: a successful turn resets theirs
@@ -94,7 +96,17 @@ class NodeSessions:
 
     def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
         """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
+        self._usable()
         return self._gw.store.pending_inbox(shards)
+
+    def _usable(self) -> None:
+        """Refuse at once during an outage of the database server: the gateway is being
+        replaced (``run``), and a read would wait for the pool's timeout (10 s), holding
+        up the stop and with it the replacement's start (the database restart test
+        found the node rejoining 10 s late)."""
+        if self._gw.outage.is_set():
+            raise StoreUnavailableError("the session database is in an outage: this "
+                                        "gateway is being replaced")
 
     def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Hand ``event`` to its actor (the gateway's lock is held)."""

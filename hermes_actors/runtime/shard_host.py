@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 from hermes_actors._green import spawn
 from hermes_actors.cluster.events import ShardListener, shard_ranges
 from hermes_actors.cluster.shards import ShardSet, shard_of
+from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
@@ -226,6 +227,8 @@ class ShardHost(ShardListener):
                 try:
                     self._recover_due()
                     self.catch_up()
+                except StoreUnavailableError as exc:  # an outage: the gateway is replaced
+                    log.warning("event=cluster_pass_failed error=%s", exc)
                 except Exception:  # noqa: BLE001 - the next pass tries again
                     log.exception("event=cluster_pass_failed")
         finally:

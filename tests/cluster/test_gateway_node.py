@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
-from hermes_actors.errors import FencedError
+from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.store.ops import AcceptEvent, FenceShard, SetRoutingFlags
 
 pytestmark = pytest.mark.postgres
@@ -196,6 +196,22 @@ class TestFence:
         with pytest.raises(FencedError):  # not even sent any more
             gw.store.mark_resume_pending(key, "restart_timeout")
         assert gw.store.fence.statistics().refused_locally == 1
+
+
+class TestOutage:
+    """During an outage of the database server a node's passes refuse at once instead of
+    waiting for a connection (the gateway is being replaced: its stop must not wait)."""
+
+    def test_a_pass_refuses_at_once(self, nodes):
+        import time
+
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        gw.outage.set()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            gw.cluster.catch_up()
+        assert time.monotonic() - started < 1.0
 
 
 class TestOperatorViews:

@@ -79,6 +79,8 @@ class Cluster:
         for _ in range(count):
             self.add()
         self.accepted: list[Accepted] = []
+        #: Answers 503 (the database away) the client got, and retried.
+        self.refused = 0
         self.down: set[int] = set()
         self._n = 0
         self._lock = threading.Lock()
@@ -125,25 +127,36 @@ class Cluster:
         owners = self.owners()
         return [c for c in CHATS if owners.get(shard_of(_key(c), SHARDS)) == self.ids[i]]
 
-    def post(self, chat: str, text: str) -> None:
+    def post(self, chat: str, text: str, patience: float | None = None) -> None:
         """Send one message to a random live node until one acknowledges it; the message id
-        makes a retry after a lost answer a duplicate, never a second message."""
+        makes a retry after a lost answer a duplicate, never a second message. With
+        ``patience``, refusals (503 while the database is away, 429) and lost answers are
+        retried every 50 ms for that many seconds, as a client waiting out an outage
+        would; ``refused`` counts the 503s."""
         with self._lock:
             self._n += 1
             message_id = f"m{self._n}"
-        for _ in range(50):
+        deadline = None if patience is None else time.monotonic() + patience
+        tries = 0
+        while deadline is not None and time.monotonic() < deadline or tries < 50:
+            tries += 1
             live = [n for i, n in enumerate(self.nodes) if i not in self.down]
             node = random.choice(live)
             try:
                 status, _, body = node.request("POST", "/v1/messages", {
                     "chat_id": chat, "text": text, "message_id": message_id}, timeout=10)
             except OSError:
-                continue  # that node is gone or paused: another one takes it
+                status, body = None, None  # that node is gone or paused: another one
             if status in (200, 202):
                 with self._lock:
                     self.accepted.append(Accepted(body["event_id"], chat, text))
                 return
-            assert status in (429, 503), (status, body)
+            assert status in (None, 429, 503), (status, body)
+            if status == 503:
+                with self._lock:
+                    self.refused += 1
+            if deadline is not None:
+                time.sleep(0.05)
         raise AssertionError(f"no node acknowledged {text!r} for chat {chat}")
 
     def marked(self, chats: list[str]) -> int:

@@ -11,8 +11,11 @@ SIGSTOP itself, which must outlast ``lease_ttl`` by construction.
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
+
+from hermes_actors.testing.postgres import start_embedded_server
 
 from .cluster_harness import CHATS, SLOW, Cluster, traffic, until
 
@@ -117,3 +120,62 @@ class TestNodeJoins:
         pair.judged()
         log = "\n".join(n.stderr.text() for n in pair.nodes[:joined])
         assert "event=cluster_handover " in log
+
+
+@pytest.fixture
+def own_server():
+    """A server this test may stop (never the shared one)."""
+    server = start_embedded_server()
+    yield server
+    server.stop()
+
+
+class TestDatabaseRestarted:
+    """The database server stopped under load and started again: every node goes into its
+    outage (refusing messages with 503), is replaced by ``run`` once the server is back,
+    rejoins and serves its shards again; nothing acknowledged is lost, answered twice or
+    out of order."""
+
+    def test_restart_under_load(self, own_server, tmp_path):
+        with own_server.database() as dsn:
+            cluster = Cluster(dsn, tmp_path)
+            halt, failures = threading.Event(), []
+
+            def send() -> None:  # round the chats, waiting out the outage like a client
+                n = 0
+                try:
+                    while not halt.is_set():
+                        chat = CHATS[n % len(CHATS)]
+                        cluster.post(chat, SLOW if n % 10 == 3 else f"m{n} for {chat}",
+                                     patience=120)
+                        n += 1
+                        halt.wait(0.05)
+                except BaseException as exc:  # noqa: BLE001 - reported by the test
+                    failures.append(exc)
+
+            sender = threading.Thread(target=send, daemon=True)
+            try:
+                until(cluster.balanced, "the shards spread over the nodes", timeout=60)
+                sender.start()
+                until(lambda: len(cluster.accepted) >= 40, "messages before the stop", 60)
+                own_server.pause()
+                for node in cluster.nodes:
+                    node.stderr.expect(r"event=store_outage", timeout=60)
+                until(lambda: cluster.refused > 0, "a message refused (503)", timeout=60)
+                for node in cluster.nodes:  # down past lease_ttl: the leases expire too
+                    node.stderr.expect(r"event=store_waiting attempt=2", timeout=60)
+                own_server.resume()
+                for node in cluster.nodes:
+                    node.stderr.expect(r"event=store_back", timeout=120)
+                until(cluster.balanced, "every shard held again", timeout=60)
+                before = len(cluster.accepted)
+                until(lambda: len(cluster.accepted) >= before + 40, "served again", 60)
+            finally:
+                halt.set()
+                sender.join(timeout=150)
+            try:
+                assert not failures, failures
+                verdict = cluster.judged()
+                assert not verdict.suspended, verdict
+            finally:
+                cluster.stop()
