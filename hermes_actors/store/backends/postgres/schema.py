@@ -31,6 +31,7 @@ document whose vector exceeds 1 MB, and an append must never fail because of its
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hermes_actors.errors import StoreError
@@ -306,11 +307,32 @@ def migrate(conn: Any, *, where: str) -> int:
     return found
 
 
+_DDL_OBJECT = re.compile(r"CREATE (?:UNIQUE )?(?:TABLE|INDEX) IF NOT EXISTS (\w+)")
+
+
+def _missing(conn: Any) -> list[str]:
+    """The statements of :data:`LATEST_DDL` whose table or index does not exist."""
+    names = [_DDL_OBJECT.match(statement).group(1)  # type: ignore[union-attr]
+             for statement in LATEST_DDL]
+    rows = conn.execute("SELECT to_regclass(n) IS NULL FROM unnest(%s::text[])"
+                        " WITH ORDINALITY AS u(n, i) ORDER BY i", (names,)).fetchall()
+    return [statement for statement, (gone,) in zip(LATEST_DDL, rows, strict=True) if gone]
+
+
 def repair_canonical_tables(conn: Any) -> None:
-    """Re-create canonical tables or indexes that were lost (a no-op when all exist)."""
+    """Re-create canonical tables or indexes that were lost (a no-op when all exist).
+
+    Only the missing ones are created, and nothing is locked when none is: ``CREATE INDEX
+    IF NOT EXISTS`` takes its table's ``SHARE`` lock even when the index exists, so running
+    every statement at each open made a node starting beside running ones wait for their
+    writes in flight, block their new ones, and deadlock with a group commit that held one
+    table and wanted another (the cluster soak's restarted node failed to start with
+    "deadlock detected")."""
+    if not _missing(conn):
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        for statement in LATEST_DDL:
+        for statement in _missing(conn):  # again, under the lock
             conn.execute(statement)
 
 
