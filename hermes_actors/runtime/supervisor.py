@@ -2,7 +2,9 @@
 
 One per gateway. Its mailbox serialises everything that touches the node's state (the
 restart counts, the restart-storm boots and the clean-shutdown marker, kept by the store's
-backend: ``NodeRecords``), so those never race.
+backend: ``NodeRecords``), so those never race. The decisions themselves are pure functions
+(:mod:`hermes_actors.store.recovery`, :mod:`.recovery_rules`); this actor gathers the durable
+facts, applies the verdicts through the store and the delivery, and keeps the statistics.
 
 On a cluster node the stuck-loop counts are not the node's own but the database's, per
 session (``SessionStore.session_restarts``, shared by every node): a session whose turn is
@@ -10,9 +12,7 @@ interrupted on node A, then on B, then on A again is suspended by whichever node
 it the third time. The node that recovers a shard reads its sessions' counts afresh and
 writes the new ones in the transaction that settles their turn markers (fenced like it:
 only the shard's owner counts); ``_counts`` then caches the counts of the sessions this node
-recovered, for the reset after a successful turn. The decisions themselves are pure functions
-(:mod:`hermes_actors.store.recovery`, :mod:`.recovery_rules`); this actor gathers the durable
-facts, applies the verdicts through the store and the delivery, and keeps the statistics.
+recovered, for the reset after a successful turn.
 """
 
 from __future__ import annotations
