@@ -22,6 +22,13 @@ write the host found fenced: :meth:`LeaseManager.drop`) is dropped at once. Givi
 away is a handover: the listener is asked to wind the shard down and calls ``done`` when it
 has; the lease is renewed meanwhile and released after (``handover_timeout`` bounds the
 wait). :meth:`LeaseManager.stop` hands every shard over that way and removes the node.
+
+**Pull adapters** (``adapters``: names such as ``telegram:<bot id>``) have leases of their
+own, renewed in the same rounds with the same local deadlines: any live node that has the
+adapter configured takes it when it is free or expired, and keeps it while it renews. The
+:class:`AdapterListener` runs the adapter's pull loop only while the lease is held;
+:meth:`LeaseManager.release_adapters` (and :meth:`LeaseManager.stop`) stop that loop, then
+free the lease, so another node takes it at its next round instead of after ``lease_ttl``.
 """
 
 from __future__ import annotations
@@ -31,13 +38,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hermes_actors._green import spawn
 from hermes_actors.cluster.balance import plan
-from hermes_actors.cluster.events import ShardListener, Tick, shard_ranges
+from hermes_actors.cluster.events import AdapterListener, ShardListener, Tick, shard_ranges
 from hermes_actors.cluster.records import ClusterSnapshot, LeaseStore, NodeAnnouncement
 from hermes_actors.cluster.shards import check_shard_count
 from hermes_actors.config import ClusterConfig
@@ -74,7 +81,9 @@ class LeaseManager:
     def __init__(self, store: LeaseStore, node_id: str, *, shards: int, lease_ttl: float,
                  heartbeat: float, listener: ShardListener | None = None,
                  monotonic: Callable[[], float] = time.monotonic, address: str | None = None,
-                 handover_timeout: float | None = None, forget_after: float = 3600.0) -> None:
+                 handover_timeout: float | None = None, forget_after: float = 3600.0,
+                 adapters: Iterable[str] = (),
+                 adapter_listener: AdapterListener | None = None) -> None:
         if not 0 < heartbeat < lease_ttl:
             raise ValueError("heartbeat must be positive and shorter than lease_ttl")
         self.store = store
@@ -90,6 +99,12 @@ class LeaseManager:
         self._monotonic = monotonic
         self._address = address
         self._held: dict[int, _Held] = {}
+        #: The pull adapters this node may run, and the leases of those it holds.
+        self.adapters = tuple(sorted(set(adapters)))
+        self.adapter_listener = adapter_listener or AdapterListener()
+        self._adapters: dict[str, _Held] = {}
+        self._adapters_off = False
+        self._adapters_gone = threading.Event()
         self._state = threading.Lock()
         self._rounds = threading.Lock()
         self._wake = threading.Event()
@@ -126,6 +141,38 @@ class LeaseManager:
         gone = self._pop(lambda s, held: s == shard and held.epoch == epoch)
         self._tell_lost(gone, "fenced")
         return bool(gone)
+
+    def adapters_held(self) -> dict[str, int]:
+        """The adapter leases held now (name -> epoch), before their local deadlines."""
+        now = self._monotonic()
+        with self._state:
+            return {n: h.epoch for n, h in self._adapters.items() if h.deadline > now}
+
+    def adapter_time_left(self, name: str, epoch: int) -> float:
+        """Seconds until the local deadline of adapter ``name``'s tenure ``epoch`` (0 when
+        it is not held under that epoch): how long its pull loop may still run."""
+        with self._state:
+            held = self._adapters.get(name)
+            if held is None or held.epoch != epoch:
+                return 0.0
+            return max(0.0, held.deadline - self._monotonic())
+
+    def release_adapters(self, timeout: float | None = None) -> bool:
+        """Stop running the pull adapters for good (a node about to stop): each held lease
+        is given up (its pull loop stopped, then the lease freed) at the next round, run
+        now; none is taken again. Waits up to ``timeout`` seconds; True once none is
+        held."""
+        self._adapters_gone.clear()
+        self._adapters_off = True
+        if not self._joined or self._left or self._halted:
+            return not self._adapters
+        if self._running:
+            if self._adapters:
+                self.wake()
+                self._adapters_gone.wait(timeout)
+        else:
+            self.tick()
+        return not self._adapters
 
     def wake(self) -> None:
         """Run the next round now instead of at the next heartbeat."""
@@ -190,6 +237,7 @@ class LeaseManager:
         self._halted = True
         self.wake()
         self._tell_lost(self._pop(lambda s, held: True), "halted")
+        self._tell_adapters_lost(self._pop_adapters(lambda n, held: True), "halted")
 
     def _serve(self, until: float | None = None) -> None:
         try:
@@ -219,18 +267,24 @@ class LeaseManager:
                 return Tick()
             lost: dict[int, int] = {}
             released: list[int] = []
+            adapters_lost: dict[str, int] = {}
             try:
-                return self._round(lost, released)
+                return self._round(lost, released, adapters_lost)
             except Exception as exc:  # noqa: BLE001 - a round must never end the loop
                 self._error_streak += 1
                 level = logging.WARNING if self._error_streak == 1 else logging.DEBUG
                 log.log(level, "event=cluster_round_failed node=%s error=%s", self.node_id,
                         exc)
                 return Tick(lost=tuple(sorted(lost)), released=tuple(released),
+                            adapters_lost=tuple(sorted(adapters_lost)),
                             error=str(exc) or type(exc).__name__)
 
-    def _round(self, lost: dict[int, int], released: list[int]) -> Tick:
+    def _round(self, lost: dict[int, int], released: list[int],
+               adapters_lost: dict[str, int]) -> Tick:
         self._expire(lost)
+        self._expire_adapters(adapters_lost)
+        if self._leaving or self._adapters_off:
+            self._give_up_adapters(adapters_lost)
         self.store.heartbeat(self._announcement())
         snap = self.store.snapshot()
         if snap.shards is None:  # the cluster's tables were lost and came back empty
@@ -250,14 +304,16 @@ class LeaseManager:
         renewed = self._renew(lost)
         released.extend(self._release(decided.disown))
         gained = () if self._leaving else self._acquire(decided.acquire)
-        if self._leaving and not self._held and not self._halted:
+        adapters_gained = self._adapter_round(snap, adapters_lost)
+        if self._leaving and not self._held and not self._adapters and not self._halted:
             self.store.leave(self.node_id, self.boot_id)
             self._left = True
             log.info("event=cluster_leave node=%s", self.node_id)
         self._prune()
         self._error_streak = 0
         return Tick(gained=gained, lost=tuple(sorted(lost)), released=tuple(released),
-                    renewed=renewed)
+                    renewed=renewed, adapters_gained=adapters_gained,
+                    adapters_lost=tuple(sorted(adapters_lost)))
 
     def _announcement(self) -> NodeAnnouncement:
         return NodeAnnouncement(self.node_id, self.boot_id, self.lease_ttl,
@@ -374,6 +430,94 @@ class LeaseManager:
         for shard, epoch in sorted(gained.items()):
             self._call(self.listener.gained, shard, epoch)
         return tuple(sorted(gained))
+
+    # -- the pull adapters' leases ---------------------------------------------------------
+
+    def _pop_adapters(self, which: Callable[[str, _Held], bool]) -> dict[str, int]:
+        with self._state:
+            gone = {n: h.epoch for n, h in self._adapters.items() if which(n, h)}
+            for name in gone:
+                del self._adapters[name]
+        if not self._adapters:
+            self._adapters_gone.set()
+        return gone
+
+    def _expire_adapters(self, lost: dict[str, int]) -> None:
+        now = self._monotonic()
+        lost.update(gone := self._pop_adapters(lambda n, held: held.deadline <= now))
+        self._tell_adapters_lost(gone, "expired")
+
+    def _give_up_adapters(self, lost: dict[str, int]) -> None:
+        """The pull loops stop first (the listener returns once they have), then the leases
+        are freed: no moment with two nodes pulling. First in the round, before anything
+        that needs the database: a node stopping during an outage stops pulling at once
+        (its leases then expire)."""
+        gone = self._pop_adapters(lambda n, held: True)
+        self._tell_adapters_lost(gone, "released")
+        lost.update(gone)
+        if gone:
+            self.store.release_adapters(self.node_id, gone)
+
+    def _adapter_round(self, snap: ClusterSnapshot, lost: dict[str, int]) -> tuple[str, ...]:
+        """Renew the adapter leases held; then take the configured ones that are free,
+        expired, not there yet, or this node's in the table but not held here (a restarted
+        node takes its own back at once)."""
+        if self._leaving or self._adapters_off:
+            return ()
+        with self._state:
+            due = {n: h.epoch for n, h in self._adapters.items()}
+        if due:
+            sent = self._monotonic()
+            renewed = self.store.renew_adapters(self.node_id, due, self.lease_ttl)
+            refused: dict[str, int] = {}
+            with self._state:
+                for name, epoch in due.items():
+                    held = self._adapters.get(name)
+                    if held is None or held.epoch != epoch:
+                        continue
+                    if name in renewed:
+                        held.deadline = sent + self.lease_ttl
+                    else:
+                        del self._adapters[name]
+                        refused[name] = epoch
+            lost.update(refused)
+            self._tell_adapters_lost(refused, "fenced")
+        rows = {row.name: row for row in snap.adapters}
+        with self._state:
+            mine = set(self._adapters)
+        wanted = []
+        for name in self.adapters:
+            row = rows.get(name)
+            if name not in mine and (row is None or row.holder_at(snap.now) is None
+                                     or row.owner == self.node_id):
+                wanted.append(name)
+        if not wanted or self._halted:
+            return ()
+        sent = self._monotonic()
+        taken = self.store.acquire_adapters(self.node_id, wanted, self.lease_ttl)
+        gained: dict[str, int] = {}
+        with self._state:
+            if self._halted:
+                return ()  # their leases simply expire
+            if self._adapters_off or self._leaving:
+                # given up meanwhile: the leases are freed at the next round
+                self._adapters.update({lease.name: _Held(lease.epoch, sent + self.lease_ttl)
+                                       for lease in taken})
+                return ()
+            for lease in taken:
+                self._adapters[lease.name] = _Held(lease.epoch, sent + self.lease_ttl)
+                gained[lease.name] = lease.epoch
+        for name, epoch in sorted(gained.items()):
+            log.info("event=cluster_adapter_gained node=%s adapter=%s epoch=%d",
+                     self.node_id, name, epoch)
+            self._call(self.adapter_listener.gained, name, epoch)
+        return tuple(sorted(gained))
+
+    def _tell_adapters_lost(self, adapters: dict[str, int], reason: str) -> None:
+        for name, epoch in sorted(adapters.items()):
+            log.info("event=cluster_adapter_lost node=%s adapter=%s epoch=%d reason=%s",
+                     self.node_id, name, epoch, reason)
+            self._call(self.adapter_listener.lost, name, epoch, reason)
 
     def _prune(self) -> None:
         now = self._monotonic()
