@@ -238,6 +238,7 @@ class LeaseManager:
         self.wake()
         self._tell_lost(self._pop(lambda s, held: True), "halted")
         self._tell_adapters_lost(self._pop_adapters(lambda n, held: True), "halted")
+        self._adapters_gone.set()
 
     def _serve(self, until: float | None = None) -> None:
         try:
@@ -438,8 +439,6 @@ class LeaseManager:
             gone = {n: h.epoch for n, h in self._adapters.items() if which(n, h)}
             for name in gone:
                 del self._adapters[name]
-        if not self._adapters:
-            self._adapters_gone.set()
         return gone
 
     def _expire_adapters(self, lost: dict[str, int]) -> None:
@@ -453,10 +452,13 @@ class LeaseManager:
         that needs the database: a node stopping during an outage stops pulling at once
         (its leases then expire)."""
         gone = self._pop_adapters(lambda n, held: True)
-        self._tell_adapters_lost(gone, "released")
-        lost.update(gone)
-        if gone:
-            self.store.release_adapters(self.node_id, gone)
+        try:
+            self._tell_adapters_lost(gone, "released")
+            lost.update(gone)
+            if gone:
+                self.store.release_adapters(self.node_id, gone)
+        finally:  # freed, or (the database failing) left to expire: not pulled here
+            self._adapters_gone.set()
 
     def _adapter_round(self, snap: ClusterSnapshot, lost: dict[str, int]) -> tuple[str, ...]:
         """Renew the adapter leases held; then take the configured ones that are free,

@@ -61,6 +61,10 @@ class FakeBotApi:
         self.failures: list[_Failure] = []
         self.blocked: set[str] = set()
         self.closed = False
+        #: getUpdates calls being answered now, and the most there ever were at once (one
+        #: bot polled by two processes shows 2: Telegram answers that with 409 Conflict).
+        self.polling = 0
+        self.max_polling = 0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -243,14 +247,20 @@ class FakeBotApi:
         hold = min(float(params.get("timeout") or 0), MAX_HOLD)
         deadline = time.monotonic() + hold
         with self.cond:
-            # An offset confirms every update below it: Telegram forgets them.
-            self.pending = [u for u in self.pending if u["update_id"] >= offset]
-            while not self.pending and not self.closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.cond.wait(remaining)
-            return list(self.pending[:100])
+            self.polling += 1
+            self.max_polling = max(self.max_polling, self.polling)
+            try:
+                # An offset confirms every update below it: Telegram forgets them.
+                self.pending = [u for u in self.pending if u["update_id"] >= offset]
+                while not self.pending and not self.closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self.cond.wait(remaining)
+                return list(self.pending[:100])
+            finally:
+                self.polling -= 1
+                self.cond.notify_all()
 
 
 def _error(status: int, description: str, retry_after: float | None = None) -> dict:

@@ -17,9 +17,10 @@ acknowledging anything; a gateway that stopped accepting ends the loop.
 
 On a cluster node the poller runs only while the node holds the adapter's lease
 (``runtime/pull_adapters``) and is given ``time_left``, the seconds until the lease's local
-deadline: each long poll is shortened to end before it (at most ``time_left - 1`` seconds,
-at least one), nothing is submitted once it has passed, and the loop ends there; under
-gevent the host also cuts a poll in progress at the deadline.
+deadline: each long poll is shortened to end half a second before it at least (with less
+than 1.5 s left, it waits for a renewal instead of polling), nothing is submitted once the
+deadline has passed, and the loop ends there; under gevent the host also cuts a poll in
+progress at the deadline.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ log = logging.getLogger("hermes_actors.telegram")
 
 #: Pauses after consecutive failures, in seconds (the last one repeats).
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+#: Seconds a long poll ends before the lease's deadline, at least (its round trip).
+DEADLINE_MARGIN = 0.5
 #: Dropped chats remembered, so each is logged once.
 DROPPED_CHATS = 10_000
 
@@ -152,7 +155,11 @@ class UpdatePoller:
             if left <= 0:
                 log.info("event=telegram_polling_stopped reason=lease_deadline")
                 raise _Stop
-            timeout = min(timeout, max(1, int(left) - 1))
+            # a long poll (whole seconds) ends half a second before the deadline at least
+            timeout = min(timeout, int(left - DEADLINE_MARGIN))
+            if timeout < 1:  # renewals are late: wait for one, or for the deadline
+                self._stopped.wait(min(DEADLINE_MARGIN, left))
+                return 0
         self._in_poll = True
         try:
             updates = self._client.get_updates(self.offset, timeout)
