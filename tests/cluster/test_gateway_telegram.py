@@ -104,6 +104,8 @@ class TestOnePoller:
         holder = _one_poller(pairs)
         other = next(gw for gw, _ in pairs if gw is not holder)
         assert other.pull_adapters.statistics().held == {}
+        for gw, _ in pairs:  # the shards balanced: each node serves half the sessions
+            assert gw.cluster.wait_for(lambda s: s.serving == SHARDS // 2, 30), gw.stats()
         first = [f"a{n}" for n in range(12)]
         _send(bot_api, first)
         _wait_answered(bot_api, first)
