@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_actors._green import spawn
+from hermes_actors.cluster.adapters import AdapterLeases
 from hermes_actors.cluster.balance import plan
 from hermes_actors.cluster.events import AdapterListener, ShardListener, Tick, shard_ranges
 from hermes_actors.cluster.records import ClusterSnapshot, LeaseStore, NodeAnnouncement
@@ -99,12 +100,10 @@ class LeaseManager:
         self._monotonic = monotonic
         self._address = address
         self._held: dict[int, _Held] = {}
-        #: The pull adapters this node may run, and the leases of those it holds.
-        self.adapters = tuple(sorted(set(adapters)))
-        self.adapter_listener = adapter_listener or AdapterListener()
-        self._adapters: dict[str, _Held] = {}
-        self._adapters_off = False
-        self._adapters_gone = threading.Event()
+        #: The leases of the pull adapters this node may run (``cluster/adapters``).
+        self.adapter_leases = AdapterLeases(store, node_id, adapters, lease_ttl=self.lease_ttl,
+                                            monotonic=monotonic, listener=adapter_listener,
+                                            call=self._call)
         self._state = threading.Lock()
         self._rounds = threading.Lock()
         self._wake = threading.Event()
@@ -142,37 +141,42 @@ class LeaseManager:
         self._tell_lost(gone, "fenced")
         return bool(gone)
 
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """The pull adapters this node may run (lease names)."""
+        return self.adapter_leases.names
+
+    @property
+    def adapter_listener(self) -> AdapterListener:
+        """Who runs the pull adapters' loops."""
+        return self.adapter_leases.listener
+
     def adapters_held(self) -> dict[str, int]:
         """The adapter leases held now (name -> epoch), before their local deadlines."""
-        now = self._monotonic()
-        with self._state:
-            return {n: h.epoch for n, h in self._adapters.items() if h.deadline > now}
+        return self.adapter_leases.held()
 
     def adapter_time_left(self, name: str, epoch: int) -> float:
         """Seconds until the local deadline of adapter ``name``'s tenure ``epoch`` (0 when
         it is not held under that epoch): how long its pull loop may still run."""
-        with self._state:
-            held = self._adapters.get(name)
-            if held is None or held.epoch != epoch:
-                return 0.0
-            return max(0.0, held.deadline - self._monotonic())
+        return self.adapter_leases.time_left(name, epoch)
 
     def release_adapters(self, timeout: float | None = None) -> bool:
         """Stop running the pull adapters for good (a node about to stop): each held lease
         is given up (its pull loop stopped, then the lease freed) at the next round, run
         now; none is taken again. Waits up to ``timeout`` seconds; True once none is
         held."""
-        self._adapters_gone.clear()
-        self._adapters_off = True
+        leases = self.adapter_leases
+        leases.gone.clear()
+        leases.off = True
         if not self._joined or self._left or self._halted:
-            return not self._adapters
+            return not leases
         if self._running:
-            if self._adapters:
+            if leases:
                 self.wake()
-                self._adapters_gone.wait(timeout)
+                leases.gone.wait(timeout)
         else:
             self.tick()
-        return not self._adapters
+        return not leases
 
     def wake(self) -> None:
         """Run the next round now instead of at the next heartbeat."""
@@ -237,8 +241,7 @@ class LeaseManager:
         self._halted = True
         self.wake()
         self._tell_lost(self._pop(lambda s, held: True), "halted")
-        self._tell_adapters_lost(self._pop_adapters(lambda n, held: True), "halted")
-        self._adapters_gone.set()
+        self.adapter_leases.halt()
 
     def _serve(self, until: float | None = None) -> None:
         try:
@@ -283,9 +286,9 @@ class LeaseManager:
     def _round(self, lost: dict[int, int], released: list[int],
                adapters_lost: dict[str, int]) -> Tick:
         self._expire(lost)
-        self._expire_adapters(adapters_lost)
-        if self._leaving or self._adapters_off:
-            self._give_up_adapters(adapters_lost)
+        self.adapter_leases.expire(adapters_lost)
+        if self._leaving or self.adapter_leases.off:
+            self.adapter_leases.give_up(adapters_lost)
         self.store.heartbeat(self._announcement())
         snap = self.store.snapshot()
         if snap.shards is None:  # the cluster's tables were lost and came back empty
@@ -305,8 +308,9 @@ class LeaseManager:
         renewed = self._renew(lost)
         released.extend(self._release(decided.disown))
         gained = () if self._leaving else self._acquire(decided.acquire)
-        adapters_gained = self._adapter_round(snap, adapters_lost)
-        if self._leaving and not self._held and not self._adapters and not self._halted:
+        adapters_gained = self.adapter_leases.round(
+            snap, adapters_lost, taking=not self._leaving, halted=lambda: self._halted)
+        if self._leaving and not self._held and not self.adapter_leases and not self._halted:
             self.store.leave(self.node_id, self.boot_id)
             self._left = True
             log.info("event=cluster_leave node=%s", self.node_id)
@@ -431,95 +435,6 @@ class LeaseManager:
         for shard, epoch in sorted(gained.items()):
             self._call(self.listener.gained, shard, epoch)
         return tuple(sorted(gained))
-
-    # -- the pull adapters' leases ---------------------------------------------------------
-
-    def _pop_adapters(self, which: Callable[[str, _Held], bool]) -> dict[str, int]:
-        with self._state:
-            gone = {n: h.epoch for n, h in self._adapters.items() if which(n, h)}
-            for name in gone:
-                del self._adapters[name]
-        return gone
-
-    def _expire_adapters(self, lost: dict[str, int]) -> None:
-        now = self._monotonic()
-        lost.update(gone := self._pop_adapters(lambda n, held: held.deadline <= now))
-        self._tell_adapters_lost(gone, "expired")
-
-    def _give_up_adapters(self, lost: dict[str, int]) -> None:
-        """The pull loops stop first (the listener returns once they have), then the leases
-        are freed: no moment with two nodes pulling. First in the round, before anything
-        that needs the database: a node stopping during an outage stops pulling at once
-        (its leases then expire)."""
-        gone = self._pop_adapters(lambda n, held: True)
-        try:
-            self._tell_adapters_lost(gone, "released")
-            lost.update(gone)
-            if gone:
-                self.store.release_adapters(self.node_id, gone)
-        finally:  # freed, or (the database failing) left to expire: not pulled here
-            self._adapters_gone.set()
-
-    def _adapter_round(self, snap: ClusterSnapshot, lost: dict[str, int]) -> tuple[str, ...]:
-        """Renew the adapter leases held; then take the configured ones that are free,
-        expired, not there yet, or this node's in the table but not held here (a restarted
-        node takes its own back at once)."""
-        if self._leaving or self._adapters_off:
-            return ()
-        with self._state:
-            due = {n: h.epoch for n, h in self._adapters.items()}
-        if due:
-            sent = self._monotonic()
-            renewed = self.store.renew_adapters(self.node_id, due, self.lease_ttl)
-            refused: dict[str, int] = {}
-            with self._state:
-                for name, epoch in due.items():
-                    held = self._adapters.get(name)
-                    if held is None or held.epoch != epoch:
-                        continue
-                    if name in renewed:
-                        held.deadline = sent + self.lease_ttl
-                    else:
-                        del self._adapters[name]
-                        refused[name] = epoch
-            lost.update(refused)
-            self._tell_adapters_lost(refused, "fenced")
-        rows = {row.name: row for row in snap.adapters}
-        with self._state:
-            mine = set(self._adapters)
-        wanted = []
-        for name in self.adapters:
-            row = rows.get(name)
-            if name not in mine and (row is None or row.holder_at(snap.now) is None
-                                     or row.owner == self.node_id):
-                wanted.append(name)
-        if not wanted or self._halted:
-            return ()
-        sent = self._monotonic()
-        taken = self.store.acquire_adapters(self.node_id, wanted, self.lease_ttl)
-        gained: dict[str, int] = {}
-        with self._state:
-            if self._halted:
-                return ()  # their leases simply expire
-            if self._adapters_off or self._leaving:
-                # given up meanwhile: the leases are freed at the next round
-                self._adapters.update({lease.name: _Held(lease.epoch, sent + self.lease_ttl)
-                                       for lease in taken})
-                return ()
-            for lease in taken:
-                self._adapters[lease.name] = _Held(lease.epoch, sent + self.lease_ttl)
-                gained[lease.name] = lease.epoch
-        for name, epoch in sorted(gained.items()):
-            log.info("event=cluster_adapter_gained node=%s adapter=%s epoch=%d",
-                     self.node_id, name, epoch)
-            self._call(self.adapter_listener.gained, name, epoch)
-        return tuple(sorted(gained))
-
-    def _tell_adapters_lost(self, adapters: dict[str, int], reason: str) -> None:
-        for name, epoch in sorted(adapters.items()):
-            log.info("event=cluster_adapter_lost node=%s adapter=%s epoch=%d reason=%s",
-                     self.node_id, name, epoch, reason)
-            self._call(self.adapter_listener.lost, name, epoch, reason)
 
     def _prune(self) -> None:
         now = self._monotonic()

@@ -12,6 +12,7 @@ import pytest
 from telegram_adapter.fake_bot_api import TOKEN, FakeBotApi, private
 
 from hermes_actors import Gateway, load_config
+from hermes_actors.adapters.http_metrics import GatewayMetrics
 from hermes_actors.adapters.telegram import TelegramAdapter
 from hermes_actors.config import TelegramConfig
 
@@ -106,6 +107,9 @@ class TestOnePoller:
         assert other.pull_adapters.statistics().held == {}
         for gw, _ in pairs:  # the shards balanced: each node serves half the sessions
             assert gw.cluster.wait_for(lambda s: s.serving == SHARDS // 2, 30), gw.stats()
+        held = f'hermes_cluster_adapter_leases_held{{adapter="{LEASE}"}}'
+        assert f"{held} 1.0" in GatewayMetrics(holder).render().decode()
+        assert f"{held} 0.0" in GatewayMetrics(other).render().decode()
         first = [f"a{n}" for n in range(12)]
         _send(bot_api, first)
         _wait_answered(bot_api, first)
@@ -128,6 +132,7 @@ class TestOnePoller:
         assert bot_api.max_polling == 1  # never two getUpdates at once
         stats = other.stats()["cluster"]["adapters"]
         assert stats["held"] == {LEASE: 2} and stats["configured"] == (LEASE,)
+        assert f"{held} 1.0" in GatewayMetrics(other).render().decode()
 
     def test_a_dead_poller_is_replaced_after_the_lease_expires(self, nodes, bot_api):
         pairs = nodes(2)
