@@ -14,7 +14,8 @@ The poller stops *by the lease's local deadline*, the moment before which no oth
 can hold the lease (see the manager): it is given the time left and ends its loop there,
 shortens each long poll to end before it, and submits nothing after it; a watchdog also
 stops it at the deadline (under gevent that cuts a poll in progress), so a node whose
-renewals stall, or that was paused, has stopped pulling before another may start. A lease
+renewals stall, or that was paused, has stopped pulling before another may start; a
+renewal answered after the deadline (sent before it) starts it again. A lease
 given up (``LeaseManager.release_adapters``, a node stopping) stops the poller before the
 lease is freed. Updates fetched twice across a change of holder (a poll cut before its
 updates were acknowledged) are accepted once: the inbox deduplicates them by ingress key.
@@ -37,6 +38,9 @@ log = logging.getLogger("hermes_actors.cluster")
 #: Seconds a poller on a thread is waited for when it is stopped (its poll is at most the
 #: lease's time left, see ``UpdatePoller``).
 STOP_WAIT = 30.0
+#: Seconds between looks at a lease whose local deadline passed (until the manager reports
+#: it lost, or a late renewal extends it).
+RECHECK = 0.1
 
 
 def pull_adapters(adapters: Iterable[Any]) -> dict[str, Any]:
@@ -62,7 +66,11 @@ class PullAdapterStatistics(NamedTuple):
 class _Tenure:
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
+        #: Set when the manager reported the lease lost (or a newer tenure replaced it).
         self.over = threading.Event()
+        #: Starting and stopping the poller, one at a time.
+        self.lock = threading.Lock()
+        self.polling = False
 
 
 class PullAdapters(AdapterListener):
@@ -87,15 +95,16 @@ class PullAdapters(AdapterListener):
 
     def statistics(self) -> PullAdapterStatistics:
         with self._lock:
-            held = {name: t.epoch for name, t in self._tenures.items()}
-            return PullAdapterStatistics(held, tuple(sorted(self.adapters)), self._gained,
-                                         self._lost)
+            tenures = dict(self._tenures)
+            gained, lost = self._gained, self._lost
+        held = {name: t.epoch for name, t in tenures.items()
+                if self._time_left(name, t.epoch) > 0}
+        return PullAdapterStatistics(held, tuple(sorted(self.adapters)), gained, lost)
 
     # -- the listener (on the manager's greenlet) -----------------------------------------
 
     def gained(self, name: str, epoch: int) -> None:
-        adapter = self.adapters.get(name)
-        if adapter is None:
+        if name not in self.adapters:
             return
         tenure = _Tenure(epoch)
         with self._lock:
@@ -104,19 +113,11 @@ class PullAdapters(AdapterListener):
             self._gained += 1
         if old is not None:  # (the manager reports a loss first: this is a net)
             old.over.set()
-            adapter.stop_polling(wait=STOP_WAIT)
-
-        def time_left() -> float:
-            return 0.0 if tenure.over.is_set() else self._time_left(name, epoch)
-
-        adapter.start_polling(self._submit, checkpoint=self._checkpoint, time_left=time_left)
-        log.info("event=cluster_adapter_polling adapter=%s epoch=%d", name, epoch)
+            self._stop(name, old, "replaced")
+        self._start(name, tenure)
         spawn(lambda: self._watch(name, tenure), f"lease-watch-{name}")
 
     def lost(self, name: str, epoch: int, reason: str) -> None:
-        self._end(name, epoch, reason)
-
-    def _end(self, name: str, epoch: int, reason: str) -> None:
         with self._lock:
             tenure = self._tenures.get(name)
             if tenure is None or tenure.epoch != epoch:
@@ -125,17 +126,47 @@ class PullAdapters(AdapterListener):
             self._lost += 1
         tenure.over.set()
         # Returns once the poller has stopped: a released lease is freed right after.
-        self.adapters[name].stop_polling(wait=STOP_WAIT)
-        log.info("event=cluster_adapter_stopped adapter=%s epoch=%d reason=%s", name, epoch,
-                 reason)
+        self._stop(name, tenure, reason)
+
+    # -- the poller -----------------------------------------------------------------------
+
+    def _start(self, name: str, tenure: _Tenure) -> None:
+        adapter = self.adapters[name]
+        with tenure.lock:
+            poller = getattr(adapter, "poller", None)
+            if tenure.over.is_set() or (tenure.polling and poller is not None
+                                        and not poller.stopped):
+                return
+
+            def time_left() -> float:
+                return 0.0 if tenure.over.is_set() else self._time_left(name, tenure.epoch)
+
+            adapter.start_polling(self._submit, checkpoint=self._checkpoint,
+                                  time_left=time_left)
+            tenure.polling = True
+        log.info("event=cluster_adapter_polling adapter=%s epoch=%d", name, tenure.epoch)
+
+    def _stop(self, name: str, tenure: _Tenure, reason: str) -> None:
+        with tenure.lock:
+            if not tenure.polling:
+                return
+            tenure.polling = False
+            self.adapters[name].stop_polling(wait=STOP_WAIT)
+        log.info("event=cluster_adapter_stopped adapter=%s epoch=%d reason=%s", name,
+                 tenure.epoch, reason)
 
     def _watch(self, name: str, tenure: _Tenure) -> None:
         """Stop the poller at the lease's local deadline unless it was renewed (each wake
-        re-reads the deadline, which only moves later) or the tenure ended."""
-        while True:
+        re-reads the deadline, which only moves later), until the tenure ends. Past the
+        deadline it looks again every :data:`RECHECK` seconds: the manager reports the
+        loss at its next round, or a renewal that was sent before the deadline and
+        answered after it extended the lease (the database renewed it while it was still
+        valid, so nobody else held it meanwhile): then it polls again."""
+        while not tenure.over.is_set():
             left = self._time_left(name, tenure.epoch)
-            if left <= 0:
-                break
-            if tenure.over.wait(left):
-                return
-        self._end(name, tenure.epoch, "deadline")
+            if left > 0:
+                self._start(name, tenure)
+                tenure.over.wait(left)
+            else:
+                self._stop(name, tenure, "deadline")
+                tenure.over.wait(RECHECK)

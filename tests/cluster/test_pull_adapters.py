@@ -90,3 +90,18 @@ class TestPullAdapters:
         assert last.at < stop_by
         pulls.lost(LEASE, 1, "expired")  # the manager's round reports it later: no effect
         assert pulls.statistics().lost == 1
+
+    def test_a_renewal_answered_after_the_deadline_starts_polling_again(self, setup):
+        api, adapter, pulls, deadlines, submitted = setup
+        deadlines.until[(LEASE, 1)] = time.monotonic() + 2.0
+        pulls.gained(LEASE, 1)
+        first = adapter.poller
+        _wait(lambda: first.finished.is_set())  # stopped by the deadline
+        # The round's renewal, sent before the deadline, is answered now: the lease is
+        # held again, under the same epoch, until a later deadline.
+        deadlines.until[(LEASE, 1)] = time.monotonic() + 60
+        api.message(private(), "after the late renewal")
+        _wait(lambda: submitted == ["after the late renewal"])
+        assert adapter.poller is not first and pulls.statistics().held == {LEASE: 1}
+        pulls.lost(LEASE, 1, "released")
+        assert adapter.poller.finished.is_set()
