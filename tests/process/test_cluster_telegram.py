@@ -10,6 +10,7 @@ server saw; nothing sleeps for a guessed time.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -134,3 +135,31 @@ class TestTelegramOnTwoNodes:
         _send(bot_api, third[3:])
         _answered_once(bot_api, first + second + third)
         assert bot_api.max_polling == 1  # never two getUpdates of the bot at once
+
+    def test_a_paused_poller_stops_by_its_deadline(self, telegram_pair, postgres_dsn,
+                                                   bot_api):
+        """SIGSTOP of the polling node past ``lease_ttl``: the other takes the lease once
+        it expired and polls; the paused node, resumed, finds its local deadline passed
+        and never polls or submits again under its old tenure."""
+        nodes = telegram_pair
+        holder = _holder(postgres_dsn, nodes, 1)
+        other = 1 - holder
+        first = [f"s{n}" for n in range(4)]
+        _send(bot_api, first)
+        _answered_once(bot_api, first)
+        paused = nodes[holder]
+        paused.signal(signal.SIGSTOP)
+        try:
+            second = [f"t{n}" for n in range(6)]
+            _send(bot_api, second)
+            assert _holder(postgres_dsn, nodes, 2) == other
+            _answered_once(bot_api, first + second)
+        finally:
+            paused.signal(signal.SIGCONT)
+        paused.stderr.expect(f"event=cluster_adapter_lost node={_node_id(paused)} "
+                             f"adapter={LEASE} epoch=1 reason=expired", timeout=30)
+        third = [f"u{n}" for n in range(4)]
+        _send(bot_api, third)
+        _answered_once(bot_api, first + second + third)
+        assert _lease(postgres_dsn) == (_node_id(nodes[other]), 2)  # not taken back
+        assert bot_api.max_polling == 1
