@@ -151,3 +151,30 @@ class TestOnePoller:
         counts = _replies(bot_api)
         assert all(counts[f"echo: {t}"] == 1 for t in before + after), counts
         assert bot_api.max_polling == 1
+
+    def test_updates_fetched_again_after_a_takeover_are_answered_once(self, nodes, bot_api):
+        pairs = nodes(2)
+        holder = _one_poller(pairs)
+        other = next(gw for gw, _ in pairs if gw is not holder)
+        polled = next(a for gw, a in pairs if gw is holder)
+        # The polls that would acknowledge the next updates fail, so the holder stops
+        # with them submitted but not acknowledged: Telegram still holds them.
+        bot_api.fail("getUpdates", 502, "Bad Gateway", times=100,
+                     offset_from=bot_api.next_update + 1)
+        texts = [f"e{n}" for n in range(5)]
+        _send(bot_api, texts)
+        _wait(lambda: polled.poller.submitted == len(texts), what="the holder submitted all")
+        bot_api.wait_for(lambda: bot_api.failures[0].times < 100)  # its ack poll failed
+        holder.stop(drain_timeout=5)
+        with bot_api.cond:
+            bot_api.failures.clear()
+        assert _one_poller(pairs) is other
+        taker = next(a for gw, a in pairs if gw is other)
+        # The new holder fetched them again; the inbox knew every one (its ingress key).
+        _wait(lambda: taker.poller is not None and taker.poller.submitted >= len(texts),
+              what="the new holder fetched the unacknowledged updates again")
+        assert other.ingress.statistics().refused["duplicate"] >= len(texts)
+        _wait_answered(bot_api, texts)
+        counts = _replies(bot_api)
+        assert all(counts[f"echo: {t}"] == 1 for t in texts), counts
+        assert bot_api.max_polling == 1

@@ -46,6 +46,7 @@ class _Failure:
     chat_id: str | None
     times: int
     after: int
+    offset_from: int | None = None
 
 
 class FakeBotApi:
@@ -115,13 +116,15 @@ class FakeBotApi:
         return update_id
 
     def fail(self, method: str, status: int, description: str, *, retry_after: float | None = None,
-             chat_id: object = None, times: int = 1, after: int = 0) -> None:
-        """Answer ``times`` calls of ``method`` (to ``chat_id``, if given) with an error,
-        once ``after`` such calls have succeeded."""
+             chat_id: object = None, times: int = 1, after: int = 0,
+             offset_from: int | None = None) -> None:
+        """Answer ``times`` calls of ``method`` (to ``chat_id``, if given; for getUpdates,
+        only those with an ``offset`` of at least ``offset_from``, if given: polls that
+        would acknowledge) with an error, once ``after`` such calls have succeeded."""
         with self.cond:
             self.failures.append(_Failure(method, status, description, retry_after,
                                           None if chat_id is None else str(chat_id), times,
-                                          after))
+                                          after, offset_from))
 
     def block(self, chat_id: object) -> None:
         """Every send to ``chat_id`` from now on is refused with 403 (the bot was blocked)."""
@@ -207,6 +210,9 @@ class FakeBotApi:
             if method in ("sendMessage", "sendChatAction") and chat in self.blocked:
                 return 403, _error(403, "Forbidden: bot was blocked by the user")
             for failure in self.failures:
+                if failure.offset_from is not None and int(
+                        params.get("offset") or 0) < failure.offset_from:
+                    continue
                 if failure.method == method and failure.chat_id in (None, chat):
                     if failure.after > 0:
                         failure.after -= 1
