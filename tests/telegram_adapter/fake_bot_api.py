@@ -66,6 +66,8 @@ class FakeBotApi:
         #: bot polled by two processes shows 2: Telegram answers that with 409 Conflict).
         self.polling = 0
         self.max_polling = 0
+        #: Seconds every getUpdates is held at least, whatever its timeout (a slow server).
+        self.min_hold = 0.0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -250,19 +252,22 @@ class FakeBotApi:
 
     def _get_updates(self, params: dict[str, str]) -> list[dict]:
         offset = int(params.get("offset") or 0)
-        hold = min(float(params.get("timeout") or 0), MAX_HOLD)
-        deadline = time.monotonic() + hold
+        start = time.monotonic()
+        # held until an update comes or the timeout passes, and never less than min_hold
+        deadline = start + max(min(float(params.get("timeout") or 0), MAX_HOLD),
+                               self.min_hold)
         with self.cond:
             self.polling += 1
             self.max_polling = max(self.max_polling, self.polling)
             try:
                 # An offset confirms every update below it: Telegram forgets them.
                 self.pending = [u for u in self.pending if u["update_id"] >= offset]
-                while not self.pending and not self.closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                while not self.closed:
+                    now = time.monotonic()
+                    until = min(deadline, start + self.min_hold) if self.pending else deadline
+                    if now >= until:
                         break
-                    self.cond.wait(remaining)
+                    self.cond.wait(until - now)
                 return list(self.pending[:100])
             finally:
                 self.polling -= 1
