@@ -270,3 +270,27 @@ class TestManagers:
                                  "1 held")
         assert lines[header + 1].split() == ["ADAPTER", "OWNER", "EPOCH", "STATE", "EXPIRES"]
         assert lines[header + 2].split()[:4] == [BOT, "a", "1", "held"]
+
+    def test_the_cli_prints_them(self, nodes, postgres_dsn, tmp_path, capsys, monkeypatch):
+        import json
+        import os
+
+        import yaml
+
+        from hermes_actors import cli
+
+        for name in list(os.environ):
+            if name.startswith("HERMES_"):
+                monkeypatch.delenv(name)
+        a = nodes("a")
+        a.tick()
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.yaml").write_text(yaml.safe_dump(
+            {"store": {"backend": "postgres", "dsn": postgres_dsn}}))
+        assert cli.main(["cluster", "status", "--home", str(home), "--json"]) == 0
+        [lease] = json.loads(capsys.readouterr().out)["adapter_leases"]
+        assert (lease["adapter"], lease["owner"], lease["state"]) == (BOT, "a", "held")
+        assert cli.main(["cluster", "status", "--home", str(home)]) == 0
+        text = capsys.readouterr().out
+        assert "adapter leases (pull adapters, polled by their holder): 1 held" in text
