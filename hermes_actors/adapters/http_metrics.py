@@ -115,6 +115,18 @@ class _GatewayCollector(Collector):
         family.add_metric(["local"], float(fence.get("refused_locally", 0)))
         family.add_metric(["database"], float(fence.get("refused_by_database", 0)))
         yield family
+        adapters = cluster.get("adapters")
+        if adapters:
+            held = GaugeMetricFamily(
+                "hermes_cluster_adapter_leases_held",
+                "Whether this node holds the lease of a pull adapter (and polls it), by "
+                "adapter.", labels=["adapter"])
+            for name in adapters["configured"]:
+                held.add_metric([name], 1.0 if name in adapters["held"] else 0.0)
+            yield held
+            yield CounterMetricFamily("hermes_cluster_adapter_leases_gained",
+                                      "Pull adapter leases gained since start.",
+                                      value=adapters["gained"])
 
     def _runtime(self, stats: dict[str, Any]) -> Iterator[Metric]:
         gauges = (

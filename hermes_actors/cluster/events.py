@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["LOST_REASONS", "ShardListener", "Tick", "shard_ranges"]
+__all__ = ["LOST_REASONS", "AdapterListener", "ShardListener", "Tick", "shard_ranges"]
 
 #: Why a shard stopped being the node's: its local deadline passed without a renewal; the
 #: table (or a fenced write) gives it to another tenure; it was handed over and released;
@@ -39,6 +39,24 @@ class ShardListener:
         done()
 
 
+class AdapterListener:
+    """What the host hears about the leases of its pull adapters (``telegram:<bot id>``):
+    while it holds one, it runs that adapter's pull loop, and only then. Called on the
+    manager's greenlet or thread."""
+
+    def gained(self, name: str, epoch: int) -> None:
+        """The node now holds adapter ``name``'s lease under ``epoch``: start pulling
+        (without blocking). The lease counts only until its local deadline
+        (:meth:`~hermes_actors.cluster.membership.LeaseManager.adapter_time_left`): the
+        host stops pulling by then even if no ``lost`` came yet."""
+
+    def lost(self, name: str, epoch: int, reason: str) -> None:
+        """The node no longer holds ``name``'s lease (``reason`` as for shards). Unlike
+        the shard callbacks this one may block briefly: when it returns, the pull loop
+        must have stopped, since a ``released`` lease is freed right after it and another
+        node may take it at once."""
+
+
 @dataclass(frozen=True)
 class Tick:
     """What one round did."""
@@ -47,6 +65,9 @@ class Tick:
     lost: tuple[int, ...] = ()
     released: tuple[int, ...] = ()
     renewed: int = 0
+    #: Adapter leases gained and lost in the round.
+    adapters_gained: tuple[str, ...] = ()
+    adapters_lost: tuple[str, ...] = ()
     #: Why the round could not reach the store (it is retried at the next one).
     error: str | None = None
 

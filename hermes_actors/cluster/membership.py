@@ -22,6 +22,13 @@ write the host found fenced: :meth:`LeaseManager.drop`) is dropped at once. Givi
 away is a handover: the listener is asked to wind the shard down and calls ``done`` when it
 has; the lease is renewed meanwhile and released after (``handover_timeout`` bounds the
 wait). :meth:`LeaseManager.stop` hands every shard over that way and removes the node.
+
+**Pull adapters** (``adapters``: names such as ``telegram:<bot id>``) have leases of their
+own, renewed in the same rounds with the same local deadlines: any live node that has the
+adapter configured takes it when it is free or expired, and keeps it while it renews. The
+:class:`AdapterListener` runs the adapter's pull loop only while the lease is held;
+:meth:`LeaseManager.release_adapters` (and :meth:`LeaseManager.stop`) stop that loop, then
+free the lease, so another node takes it at its next round instead of after ``lease_ttl``.
 """
 
 from __future__ import annotations
@@ -31,13 +38,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hermes_actors._green import spawn
+from hermes_actors.cluster.adapters import AdapterLeases
 from hermes_actors.cluster.balance import plan
-from hermes_actors.cluster.events import ShardListener, Tick, shard_ranges
+from hermes_actors.cluster.events import AdapterListener, ShardListener, Tick, shard_ranges
 from hermes_actors.cluster.records import ClusterSnapshot, LeaseStore, NodeAnnouncement
 from hermes_actors.cluster.shards import check_shard_count
 from hermes_actors.config import ClusterConfig
@@ -74,7 +82,9 @@ class LeaseManager:
     def __init__(self, store: LeaseStore, node_id: str, *, shards: int, lease_ttl: float,
                  heartbeat: float, listener: ShardListener | None = None,
                  monotonic: Callable[[], float] = time.monotonic, address: str | None = None,
-                 handover_timeout: float | None = None, forget_after: float = 3600.0) -> None:
+                 handover_timeout: float | None = None, forget_after: float = 3600.0,
+                 adapters: Iterable[str] = (),
+                 adapter_listener: AdapterListener | None = None) -> None:
         if not 0 < heartbeat < lease_ttl:
             raise ValueError("heartbeat must be positive and shorter than lease_ttl")
         self.store = store
@@ -90,6 +100,10 @@ class LeaseManager:
         self._monotonic = monotonic
         self._address = address
         self._held: dict[int, _Held] = {}
+        #: The leases of the pull adapters this node may run (``cluster/adapters``).
+        self.adapter_leases = AdapterLeases(store, node_id, adapters, lease_ttl=self.lease_ttl,
+                                            monotonic=monotonic, listener=adapter_listener,
+                                            call=self._call)
         self._state = threading.Lock()
         self._rounds = threading.Lock()
         self._wake = threading.Event()
@@ -126,6 +140,43 @@ class LeaseManager:
         gone = self._pop(lambda s, held: s == shard and held.epoch == epoch)
         self._tell_lost(gone, "fenced")
         return bool(gone)
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """The pull adapters this node may run (lease names)."""
+        return self.adapter_leases.names
+
+    @property
+    def adapter_listener(self) -> AdapterListener:
+        """Who runs the pull adapters' loops."""
+        return self.adapter_leases.listener
+
+    def adapters_held(self) -> dict[str, int]:
+        """The adapter leases held now (name -> epoch), before their local deadlines."""
+        return self.adapter_leases.held()
+
+    def adapter_time_left(self, name: str, epoch: int) -> float:
+        """Seconds until the local deadline of adapter ``name``'s tenure ``epoch`` (0 when
+        it is not held under that epoch): how long its pull loop may still run."""
+        return self.adapter_leases.time_left(name, epoch)
+
+    def release_adapters(self, timeout: float | None = None) -> bool:
+        """Stop running the pull adapters for good (a node about to stop): each held lease
+        is given up (its pull loop stopped, then the lease freed) at the next round, run
+        now; none is taken again. Waits up to ``timeout`` seconds; True once none is
+        held."""
+        leases = self.adapter_leases
+        leases.gone.clear()
+        leases.off = True
+        if not self._joined or self._left or self._halted:
+            return not leases
+        if self._running:
+            if leases:
+                self.wake()
+                leases.gone.wait(timeout)
+        else:
+            self.tick()
+        return not leases
 
     def wake(self) -> None:
         """Run the next round now instead of at the next heartbeat."""
@@ -190,6 +241,7 @@ class LeaseManager:
         self._halted = True
         self.wake()
         self._tell_lost(self._pop(lambda s, held: True), "halted")
+        self.adapter_leases.halt()
 
     def _serve(self, until: float | None = None) -> None:
         try:
@@ -219,18 +271,24 @@ class LeaseManager:
                 return Tick()
             lost: dict[int, int] = {}
             released: list[int] = []
+            adapters_lost: dict[str, int] = {}
             try:
-                return self._round(lost, released)
+                return self._round(lost, released, adapters_lost)
             except Exception as exc:  # noqa: BLE001 - a round must never end the loop
                 self._error_streak += 1
                 level = logging.WARNING if self._error_streak == 1 else logging.DEBUG
                 log.log(level, "event=cluster_round_failed node=%s error=%s", self.node_id,
                         exc)
                 return Tick(lost=tuple(sorted(lost)), released=tuple(released),
+                            adapters_lost=tuple(sorted(adapters_lost)),
                             error=str(exc) or type(exc).__name__)
 
-    def _round(self, lost: dict[int, int], released: list[int]) -> Tick:
+    def _round(self, lost: dict[int, int], released: list[int],
+               adapters_lost: dict[str, int]) -> Tick:
         self._expire(lost)
+        self.adapter_leases.expire(adapters_lost)
+        if self._leaving or self.adapter_leases.off:
+            self.adapter_leases.give_up(adapters_lost)
         self.store.heartbeat(self._announcement())
         snap = self.store.snapshot()
         if snap.shards is None:  # the cluster's tables were lost and came back empty
@@ -250,14 +308,17 @@ class LeaseManager:
         renewed = self._renew(lost)
         released.extend(self._release(decided.disown))
         gained = () if self._leaving else self._acquire(decided.acquire)
-        if self._leaving and not self._held and not self._halted:
+        adapters_gained = self.adapter_leases.round(
+            snap, adapters_lost, taking=not self._leaving, halted=lambda: self._halted)
+        if self._leaving and not self._held and not self.adapter_leases and not self._halted:
             self.store.leave(self.node_id, self.boot_id)
             self._left = True
             log.info("event=cluster_leave node=%s", self.node_id)
         self._prune()
         self._error_streak = 0
         return Tick(gained=gained, lost=tuple(sorted(lost)), released=tuple(released),
-                    renewed=renewed)
+                    renewed=renewed, adapters_gained=adapters_gained,
+                    adapters_lost=tuple(sorted(adapters_lost)))
 
     def _announcement(self) -> NodeAnnouncement:
         return NodeAnnouncement(self.node_id, self.boot_id, self.lease_ttl,

@@ -18,6 +18,9 @@ The rules every implementation keeps, each operation atomic under concurrency:
 * ``release`` frees a lease only while it is the caller's with the caller's epoch.
 * the epoch never goes down and only ``acquire`` changes it, so (owner, epoch) names one
   unbroken tenure of one node: the fencing token of its writes.
+* the leases of pull adapters (``acquire_adapters``, ``renew_adapters``,
+  ``release_adapters``) follow the same rules, keyed by adapter name; an adapter's row is
+  created by the first acquisition that names it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Acquired", "ClusterSnapshot", "LeaseRow", "LeaseStore", "NodeAnnouncement",
-           "NodeRow"]
+__all__ = ["Acquired", "AdapterAcquired", "AdapterLeaseRow", "ClusterSnapshot", "LeaseRow",
+           "LeaseStore", "NodeAnnouncement", "NodeRow"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,24 @@ class LeaseRow:
 
 
 @dataclass(frozen=True)
+class AdapterLeaseRow:
+    """One row of ``adapter_leases``: who runs the pull adapter ``name`` (``telegram:<bot
+    id>``); free when ``owner`` is ``None``. The same rules as a shard's lease."""
+
+    name: str
+    owner: str | None
+    epoch: int
+    expires_at: float | None = None
+    acquired_at: float | None = None
+
+    def holder_at(self, now: float) -> str | None:
+        """The owner while the lease is valid at store time ``now``, else ``None``."""
+        if self.owner is None or self.expires_at is None or self.expires_at < now:
+            return None
+        return self.owner
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """The whole table at one instant of the store's clock."""
 
@@ -100,6 +121,8 @@ class ClusterSnapshot:
     shards: int | None
     nodes: tuple[NodeRow, ...]
     leases: tuple[LeaseRow, ...]
+    #: The pull adapters' leases (those some node ever asked for), by name.
+    adapters: tuple[AdapterLeaseRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,15 @@ class Acquired:
     """A lease ``acquire`` took: its new epoch and expiry."""
 
     shard: int
+    epoch: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class AdapterAcquired:
+    """An adapter lease ``acquire_adapters`` took: its new epoch and expiry."""
+
+    name: str
     epoch: int
     expires_at: float
 
@@ -142,6 +174,22 @@ class LeaseStore(Protocol):
     def release(self, node_id: str, held: Mapping[int, int]) -> set[int]:
         """Free the leases of ``held`` (shard -> epoch) still ``node_id``'s; returns those
         freed."""
+        ...
+
+    def acquire_adapters(self, node_id: str, names: Iterable[str], ttl: float
+                         ) -> list[AdapterAcquired]:
+        """Take those of the adapter leases ``names`` that are free, expired, already
+        ``node_id``'s, or not there yet (created taken); the rules of ``acquire``."""
+        ...
+
+    def renew_adapters(self, node_id: str, held: Mapping[str, int], ttl: float
+                       ) -> dict[str, float]:
+        """Extend the adapter leases of ``held`` (name -> epoch) still valid and
+        ``node_id``'s; returns name -> new expiry for those renewed."""
+        ...
+
+    def release_adapters(self, node_id: str, held: Mapping[str, int]) -> set[str]:
+        """Free the adapter leases of ``held`` (name -> epoch) still ``node_id``'s."""
         ...
 
     def leave(self, node_id: str, boot_id: str) -> None:

@@ -55,8 +55,17 @@ def status_report(snapshot: Any, where: str) -> dict[str, Any]:
         })
     for node_id, count in sorted(held.items()):  # a holder whose row was removed
         nodes.append({"node_id": node_id, "state": "unknown", "shards": count})
+    adapters = []
+    for row in snapshot.adapters:
+        holder = row.holder_at(now)
+        adapters.append({
+            "adapter": row.name, "owner": row.owner, "epoch": row.epoch,
+            "state": "held" if holder is not None else "expired" if row.owner else "free",
+            "expires_at": row.expires_at, "acquired_at": row.acquired_at,
+            "expires_in": None if row.expires_at is None else round(row.expires_at - now, 3),
+        })
     return {"where": where, "now": now, "shards": snapshot.shards, "nodes": nodes,
-            "leases": leases,
+            "leases": leases, "adapter_leases": adapters,
             "held": sum(1 for lease in leases if lease["state"] == "held"),
             "free": sum(1 for lease in leases if lease["state"] != "held")}
 
@@ -92,19 +101,26 @@ def format_status(report: dict[str, Any]) -> list[str]:
                           str(n.get("pid") or "-"), n.get("address") or "-", str(n["shards"]))
                          for n in nodes])
     lines.append(f"leases: {report['held']} held, {report['free']} free")
-    rows = []
-    for lease in report["leases"]:
-        if lease["state"] == "free":
-            expiry = "-"
-        elif lease["expires_in"] >= 0:
-            expiry = f"in {lease['expires_in']:.1f}s"
-        else:
-            expiry = f"expired {-lease['expires_in']:.1f}s ago"
-        rows.append((str(lease["shard"]), lease["owner"] or "-", str(lease["epoch"]),
-                     lease["state"], expiry))
+    rows = [(str(lease["shard"]), lease["owner"] or "-", str(lease["epoch"]), lease["state"],
+             _expiry(lease)) for lease in report["leases"]]
     if rows:
         lines += _table(("SHARD", "OWNER", "EPOCH", "STATE", "EXPIRES"), rows)
+    adapters = report.get("adapter_leases") or []
+    if adapters:
+        lines.append(f"adapter leases (pull adapters, polled by their holder): "
+                     f"{sum(1 for a in adapters if a['state'] == 'held')} held")
+        lines += _table(("ADAPTER", "OWNER", "EPOCH", "STATE", "EXPIRES"),
+                        [(a["adapter"], a["owner"] or "-", str(a["epoch"]), a["state"],
+                          _expiry(a)) for a in adapters])
     return lines
+
+
+def _expiry(lease: dict[str, Any]) -> str:
+    if lease["state"] == "free":
+        return "-"
+    if lease["expires_in"] >= 0:
+        return f"in {lease['expires_in']:.1f}s"
+    return f"expired {-lease['expires_in']:.1f}s ago"
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:

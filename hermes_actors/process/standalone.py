@@ -246,8 +246,9 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
         freeze_startup_heap()
         report_box.append(report)  # its summary line was logged by start()
         server.start()
-        for adapter in platforms:
-            adapter.start_polling(slot.submit, checkpoint=crashpoint)
+        if not config.cluster.enabled:  # a node polls while it holds the adapter's lease
+            for adapter in platforms:
+                adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
         _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
                    auth="token" if http.token else "none")

@@ -34,6 +34,7 @@ from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.memory import MemoryProbe
 from hermes_actors.runtime.node_sessions import start_node
+from hermes_actors.runtime.pull_adapters import PullAdapters
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
@@ -130,6 +131,9 @@ class Gateway:
         self._counted: frozenset[str] = frozenset()
         #: A cluster node's shards (``cluster.enabled``), or ``None``.
         self.cluster: ShardHost | None = None
+        #: A cluster node's pull adapters (Telegram), polled while their leases are held
+        #: (``runtime/pull_adapters``); ``None`` off a cluster (the host polls them).
+        self.pull_adapters: PullAdapters | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -300,6 +304,9 @@ class Gateway:
         reason = "restart_timeout" if restarting else "shutdown_timeout"
         services = self._live_services
         steps: list[tuple[str, Callable[[], Any]]] = [
+            # a cluster node stops pulling first and frees the adapters' leases, so that
+            # another node polls them while this one drains
+            *([("adapters", self._release_adapters)] if self.cluster is not None else []),
             ("drain", lambda: self._drain(timeout, reason)),
             # a cluster node hands its (drained) shards over and leaves
             *([("cluster", self._leave_cluster)] if self.cluster is not None else []),
@@ -328,6 +335,11 @@ class Gateway:
                     self.stopped_cleanly = True
         self._state = "stopped"
         self._home_lock.release()
+
+    def _release_adapters(self) -> None:
+        assert self.cluster is not None
+        if self.pull_adapters is not None and self.pull_adapters.adapters:
+            self.cluster.manager.release_adapters(timeout=self.config.cluster.lease_ttl)
 
     def _leave_cluster(self) -> None:
         assert self.cluster is not None
@@ -540,6 +552,8 @@ class Gateway:
             fence = self.store.fence
             if fence is not None:
                 out["cluster"]["fence"] = fence.statistics()._asdict()
+            if self.pull_adapters is not None:
+                out["cluster"]["adapters"] = self.pull_adapters.statistics()._asdict()
         return out
 
     # -- housekeeping ---------------------------------------------------------------------

@@ -20,6 +20,8 @@ import pykka
 from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.pull_adapters import PullAdapters, pull_adapters
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.session_actor import (
     DrainResult,
@@ -58,11 +60,18 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
                      poll_interval=cluster.lease_ttl)
     host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
     store.announce = lambda key: NotifyShard(host.shard_of(key))
+    # Adapters that pull from their platform (Telegram) poll only while this node holds
+    # their lease; sending through them stays on every node.
+    pulls = PullAdapters(pull_adapters(gateway.adapters), gateway.submit,
+                         checkpoint=crashpoint)
     manager = LeaseManager.from_config(
         PgLeases.open(dsn), store.node_id, cluster, listener=host,
         monotonic=gateway.clock.monotonic,
         # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
-        handover_timeout=config.restart_drain_timeout + INTERRUPT_GRACE + cluster.lease_ttl)
+        handover_timeout=config.restart_drain_timeout + INTERRUPT_GRACE + cluster.lease_ttl,
+        adapters=pulls.adapters, adapter_listener=pulls)
+    pulls.bind(manager.adapter_time_left)
+    gateway.pull_adapters = pulls
 
     def fenced(shard: int, epoch: int | None) -> None:
         # a write for the shard was refused: drop it at once (its actors stop)

@@ -18,6 +18,8 @@ from typing import Any
 
 from hermes_actors.cluster.records import (
     Acquired,
+    AdapterAcquired,
+    AdapterLeaseRow,
     ClusterSnapshot,
     LeaseRow,
     NodeAnnouncement,
@@ -43,6 +45,8 @@ class MemoryLeases:
         self.fail = False
         #: Every lease acquired, in order: (shard, owner, epoch).
         self.acquisitions: list[tuple[int, str, int]] = []
+        #: The pull adapters' leases, by name.
+        self.adapters: dict[str, AdapterLeaseRow] = {}
 
     def _now(self) -> float:
         if self.fail:
@@ -72,7 +76,8 @@ class MemoryLeases:
             now = self._now()
             return ClusterSnapshot(now, self.shards, tuple(sorted(
                 self.nodes.values(), key=lambda n: n.node_id)), tuple(
-                self.leases[s] for s in sorted(self.leases)))
+                self.leases[s] for s in sorted(self.leases)), tuple(
+                self.adapters[n] for n in sorted(self.adapters)))
 
     def acquire(self, node_id: str, shards: Iterable[int], ttl: float) -> list[Acquired]:
         with self._lock:
@@ -110,6 +115,43 @@ class MemoryLeases:
                 if row is not None and row.owner == node_id and row.epoch == epoch:
                     self.leases[shard] = LeaseRow(shard, None, row.epoch)
                     freed.add(shard)
+            return freed
+
+    def acquire_adapters(self, node_id: str, names: Iterable[str], ttl: float
+                         ) -> list[AdapterAcquired]:
+        with self._lock:
+            now = self._now()
+            taken = []
+            for name in sorted(set(names)):
+                row = self.adapters.get(name, AdapterLeaseRow(name, None, 0))
+                if row.owner is None or (row.expires_at or 0.0) < now or row.owner == node_id:
+                    self.adapters[name] = AdapterLeaseRow(name, node_id, row.epoch + 1,
+                                                          now + ttl, now)
+                    taken.append(AdapterAcquired(name, row.epoch + 1, now + ttl))
+            return taken
+
+    def renew_adapters(self, node_id: str, held: Mapping[str, int], ttl: float
+                       ) -> dict[str, float]:
+        with self._lock:
+            now = self._now()
+            renewed = {}
+            for name, epoch in held.items():
+                row = self.adapters.get(name)
+                if (row is not None and row.owner == node_id and row.epoch == epoch
+                        and row.expires_at is not None and row.expires_at >= now):
+                    self.adapters[name] = replace(row, expires_at=now + ttl)
+                    renewed[name] = now + ttl
+            return renewed
+
+    def release_adapters(self, node_id: str, held: Mapping[str, int]) -> set[str]:
+        with self._lock:
+            self._now()
+            freed = set()
+            for name, epoch in held.items():
+                row = self.adapters.get(name)
+                if row is not None and row.owner == node_id and row.epoch == epoch:
+                    self.adapters[name] = AdapterLeaseRow(name, None, row.epoch)
+                    freed.add(name)
             return freed
 
     def leave(self, node_id: str, boot_id: str) -> None:

@@ -22,6 +22,7 @@ from hermes_actors.testing.leases import MemoryLeases
 
 TTL = 10.0
 HEARTBEAT = 2.0
+BOT = "telegram:1"
 
 
 class Recorder(ShardListener):
@@ -257,7 +258,9 @@ NODES = ("n0", "n1", "n2", "n3")
 class ClusterModel(RuleBasedStateMachine):
     """Nodes come, tick, crash and leave; time jumps. At every step each shard believed
     owned by a running node is that node's valid lease in the table, under its epoch (so
-    never two believers), and every shard's acquisitions have strictly growing epochs."""
+    never two believers), and every shard's acquisitions have strictly growing epochs. The
+    same for the lease of a pull adapter that all nodes but the last have configured: at
+    most one node believes it holds it, and after settling one does."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -268,7 +271,8 @@ class ClusterModel(RuleBasedStateMachine):
 
     def _start(self, node: str) -> None:
         m = LeaseManager(self.store, node, shards=self.shards, lease_ttl=TTL,
-                         heartbeat=HEARTBEAT, monotonic=self.clock.monotonic)
+                         heartbeat=HEARTBEAT, monotonic=self.clock.monotonic,
+                         adapters=[BOT] if node != NODES[-1] else [])
         m.join()
         self.managers[node] = m
 
@@ -315,6 +319,9 @@ class ClusterModel(RuleBasedStateMachine):
         counts = [len(m.owned()) for m in self.managers.values()]
         base = self.shards // len(self.managers)
         assert sum(counts) == self.shards and set(counts) <= {base, base + 1}, counts
+        pollers = [n for n, m in self.managers.items() if m.adapters_held()]
+        configured = [n for n in self.managers if n != NODES[-1]]
+        assert len(pollers) == (1 if configured else 0), pollers
 
     @invariant()
     def one_believer_per_shard(self):
@@ -323,6 +330,16 @@ class ClusterModel(RuleBasedStateMachine):
             for shard, epoch in m.owned().items():
                 row = self.store.leases[shard]
                 assert row.holder_at(now) == node and row.epoch == epoch, (node, shard, row)
+
+    @invariant()
+    def one_poller_per_adapter(self):
+        now = self.clock.time()
+        believers = [(node, m.adapters_held()[BOT]) for node, m in self.managers.items()
+                     if BOT in m.adapters_held()]
+        assert len(believers) <= 1, believers
+        for node, epoch in believers:
+            row = self.store.adapters[BOT]
+            assert row.holder_at(now) == node and row.epoch == epoch, (node, row)
 
     @invariant()
     def epochs_grow(self):

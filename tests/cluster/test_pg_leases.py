@@ -40,9 +40,10 @@ def expire(dsn: str, owner: str) -> None:
 class TestSchema:
     def test_the_cluster_tables_are_migration_two(self, pg_leases, postgres_dsn):
         pg_leases().ensure_cluster(4, "a")
-        # migration 3 (the fence function) and 4 (the shared restart counts) follow
-        assert sql(postgres_dsn, "SELECT max(version) FROM schema_version") == [(4,)]
-        assert schema.SCHEMA_VERSION == 4
+        # migration 3 (the fence function), 4 (the shared restart counts) and 5 (the
+        # adapters' leases) follow the tables
+        assert sql(postgres_dsn, "SELECT max(version) FROM schema_version") == [(5,)]
+        assert schema.SCHEMA_VERSION == 5
         assert schema.MIGRATIONS[1] == (*schema.CLUSTER_DDL, schema.CLUSTER_SHARD_FUNCTION)
         assert sql(postgres_dsn, "SELECT shard, owner, epoch FROM shard_leases ORDER BY 1") == [
             (s, None, 0) for s in range(4)]

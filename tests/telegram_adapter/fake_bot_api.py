@@ -46,6 +46,7 @@ class _Failure:
     chat_id: str | None
     times: int
     after: int
+    offset_from: int | None = None
 
 
 class FakeBotApi:
@@ -61,6 +62,12 @@ class FakeBotApi:
         self.failures: list[_Failure] = []
         self.blocked: set[str] = set()
         self.closed = False
+        #: getUpdates calls being answered now, and the most there ever were at once (one
+        #: bot polled by two processes shows 2: Telegram answers that with 409 Conflict).
+        self.polling = 0
+        self.max_polling = 0
+        #: Seconds every getUpdates is held at least, whatever its timeout (a slow server).
+        self.min_hold = 0.0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -111,13 +118,15 @@ class FakeBotApi:
         return update_id
 
     def fail(self, method: str, status: int, description: str, *, retry_after: float | None = None,
-             chat_id: object = None, times: int = 1, after: int = 0) -> None:
-        """Answer ``times`` calls of ``method`` (to ``chat_id``, if given) with an error,
-        once ``after`` such calls have succeeded."""
+             chat_id: object = None, times: int = 1, after: int = 0,
+             offset_from: int | None = None) -> None:
+        """Answer ``times`` calls of ``method`` (to ``chat_id``, if given; for getUpdates,
+        only those with an ``offset`` of at least ``offset_from``, if given: polls that
+        would acknowledge) with an error, once ``after`` such calls have succeeded."""
         with self.cond:
             self.failures.append(_Failure(method, status, description, retry_after,
                                           None if chat_id is None else str(chat_id), times,
-                                          after))
+                                          after, offset_from))
 
     def block(self, chat_id: object) -> None:
         """Every send to ``chat_id`` from now on is refused with 403 (the bot was blocked)."""
@@ -203,6 +212,9 @@ class FakeBotApi:
             if method in ("sendMessage", "sendChatAction") and chat in self.blocked:
                 return 403, _error(403, "Forbidden: bot was blocked by the user")
             for failure in self.failures:
+                if failure.offset_from is not None and int(
+                        params.get("offset") or 0) < failure.offset_from:
+                    continue
                 if failure.method == method and failure.chat_id in (None, chat):
                     if failure.after > 0:
                         failure.after -= 1
@@ -240,17 +252,26 @@ class FakeBotApi:
 
     def _get_updates(self, params: dict[str, str]) -> list[dict]:
         offset = int(params.get("offset") or 0)
-        hold = min(float(params.get("timeout") or 0), MAX_HOLD)
-        deadline = time.monotonic() + hold
+        start = time.monotonic()
+        # held until an update comes or the timeout passes, and never less than min_hold
+        deadline = start + max(min(float(params.get("timeout") or 0), MAX_HOLD),
+                               self.min_hold)
         with self.cond:
-            # An offset confirms every update below it: Telegram forgets them.
-            self.pending = [u for u in self.pending if u["update_id"] >= offset]
-            while not self.pending and not self.closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.cond.wait(remaining)
-            return list(self.pending[:100])
+            self.polling += 1
+            self.max_polling = max(self.max_polling, self.polling)
+            try:
+                # An offset confirms every update below it: Telegram forgets them.
+                self.pending = [u for u in self.pending if u["update_id"] >= offset]
+                while not self.closed:
+                    now = time.monotonic()
+                    until = min(deadline, start + self.min_hold) if self.pending else deadline
+                    if now >= until:
+                        break
+                    self.cond.wait(until - now)
+                return list(self.pending[:100])
+            finally:
+                self.polling -= 1
+                self.cond.notify_all()
 
 
 def _error(status: int, description: str, retry_after: float | None = None) -> dict:

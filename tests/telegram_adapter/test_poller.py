@@ -127,3 +127,39 @@ class TestFiltering:
         poller = UpdatePoller(client, submitted.append, poll_timeout=1)
         poller.poll_once()
         assert submitted == [] and poller.offset == update + 1
+
+
+class TestLeaseDeadline:
+    """On a cluster node the poller runs only until its adapter lease's local deadline
+    (``time_left``): each long poll ends before it, nothing is submitted after it, and the
+    loop ends there (the updates stay unacknowledged for the next holder)."""
+
+    def test_each_poll_ends_before_the_deadline(self, client, bot_api):
+        left = [9.5, 2.9, 1.6, 1.4]
+        poller = UpdatePoller(client, lambda e: None, poll_timeout=30,
+                              time_left=lambda: left[0])
+        for _ in range(len(left)):
+            bot_api.message(private(), "x")  # so each poll returns at once
+            poller.poll_once()
+            left.pop(0)
+        asked = [int(c.params["timeout"]) for c in bot_api.of("getUpdates")]
+        # whole seconds, ending half a second before the deadline at least; with less
+        # than 1.5 s left no poll (the poller waits for a renewal or the deadline)
+        assert asked == [9, 2, 1]
+
+    def test_nothing_is_submitted_once_the_deadline_passed(self, client, bot_api):
+        bot_api.message(private(), "late")
+        left = [5.0]
+        submitted: list[str] = []
+
+        def get_updates_then_expire(offset, timeout):
+            updates = BotClient.get_updates(client, offset, timeout)
+            left[0] = 0.0  # the deadline passes while the poll was out (a pause)
+            return updates
+
+        client.get_updates = get_updates_then_expire  # type: ignore[method-assign]
+        poller = UpdatePoller(client, lambda e: submitted.append(e.text), poll_timeout=1,
+                              time_left=lambda: left[0])
+        poller.run()  # ends at the deadline instead of polling again
+        assert submitted == [] and poller.offset is None and poller.finished.is_set()
+        assert len(bot_api.of("getUpdates")) == 1 and bot_api.acknowledged() == 0

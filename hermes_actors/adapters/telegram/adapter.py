@@ -72,6 +72,8 @@ class TelegramAdapter:
         self._client = client or BotClient(token, settings.api_base_url)
         self._typing_interval = typing_interval
         self._poller: UpdatePoller | None = None
+        #: The name of this bot's lease on a cluster node (one node pulls its updates).
+        self.lease_name = f"telegram:{token.partition(':')[0]}"
 
     @property
     def client(self) -> BotClient:
@@ -101,23 +103,29 @@ class TelegramAdapter:
         return self.bot
 
     def start_polling(self, submit: Callable[[MessageEvent], Any], *,
-                      checkpoint: Callable[[str], None] = lambda name: None) -> UpdatePoller:
-        """Start the long poll, handing each message to ``submit`` (``Gateway.submit``)."""
-        if self._poller is not None:
+                      checkpoint: Callable[[str], None] = lambda name: None,
+                      time_left: Callable[[], float] | None = None) -> UpdatePoller:
+        """Start the long poll, handing each message to ``submit`` (``Gateway.submit``);
+        ``time_left``: the seconds it may still run (a cluster node's lease). Once stopped
+        it may be started again (a node that gains the lease again)."""
+        if self._poller is not None and not self._poller.stopped:
             raise RuntimeError("the Telegram poller is already running")
         self._poller = UpdatePoller(
             self._client, submit, poll_timeout=self._settings.poll_timeout,
             allowed_chats=self._settings.allowed_chats,
             bot_username=getattr(self.bot, "username", None), checkpoint=checkpoint,
+            time_left=time_left,
         ).start()
         log.info("event=telegram_polling timeout=%ss allowed_chats=%s",
                  self._settings.poll_timeout, len(self._settings.allowed_chats) or "all")
         return self._poller
 
-    def stop_polling(self) -> None:
-        """Stop taking updates (what was not acknowledged comes again next start)."""
+    def stop_polling(self, wait: float | None = None) -> None:
+        """Stop taking updates (what was not acknowledged comes again next start); a
+        poller on a thread is waited for up to ``wait`` seconds (under gevent a poll in
+        progress is cut at once)."""
         if self._poller is not None:
-            self._poller.stop()
+            self._poller.stop(wait)
 
     def close(self) -> None:
         """Stop polling and sending."""

@@ -14,6 +14,13 @@ acknowledged and dropped; a dropped chat is logged once (a bounded memory of cha
 public bot's strangers cannot grow it). A failed poll, a store that cannot take the
 message, or any other failure is retried with a growing pause (1 s to 30 s) without
 acknowledging anything; a gateway that stopped accepting ends the loop.
+
+On a cluster node the poller runs only while the node holds the adapter's lease
+(``runtime/pull_adapters``) and is given ``time_left``, the seconds until the lease's local
+deadline: each long poll is shortened to end half a second before it at least (with less
+than 1.5 s left, it waits for a renewal instead of polling), nothing is submitted once the
+deadline has passed, and the loop ends there; under gevent the host also cuts a poll in
+progress at the deadline.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ log = logging.getLogger("hermes_actors.telegram")
 
 #: Pauses after consecutive failures, in seconds (the last one repeats).
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+#: Seconds a long poll ends before the lease's deadline, at least (its round trip).
+DEADLINE_MARGIN = 0.5
 #: Dropped chats remembered, so each is logged once.
 DROPPED_CHATS = 10_000
 
@@ -52,13 +61,16 @@ class UpdatePoller:
     ``checkpoint(name)`` is called at named points (the process passes its crash points:
     ``telegram_update_received`` once a poll returned updates, before any is submitted).
     ``wait(stopped, seconds) -> bool`` pauses after a failure (tests step it).
+    ``time_left()``, when given, is how many seconds the poller may still run (the local
+    deadline of the adapter's lease on a cluster node); at 0 the loop ends.
     """
 
     def __init__(self, client: BotClient, submit: Callable[[MessageEvent], Any], *,
                  poll_timeout: int = 30, allowed_chats: Iterable[str] = (),
                  bot_username: str | None = None,
                  checkpoint: Callable[[str], None] = lambda name: None,
-                 wait: Callable[[threading.Event, float], bool] | None = None) -> None:
+                 wait: Callable[[threading.Event, float], bool] | None = None,
+                 time_left: Callable[[], float] | None = None) -> None:
         self._client = client
         self._submit = submit
         self._timeout = poll_timeout
@@ -66,6 +78,7 @@ class UpdatePoller:
         self._bot_username = bot_username
         self._checkpoint = checkpoint
         self._wait = wait or (lambda stopped, seconds: stopped.wait(seconds))
+        self._time_left = time_left
         self._stopped = threading.Event()
         self._dropped: LRUCache[str, bool] = LRUCache(maxsize=DROPPED_CHATS)
         self._greenlet: Any = None
@@ -87,12 +100,19 @@ class UpdatePoller:
             threading.Thread(target=self.run, name="telegram-poller", daemon=True).start()
         return self
 
-    def stop(self) -> None:
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called or the loop ended."""
+        return self._stopped.is_set() or self.finished.is_set()
+
+    def stop(self, wait: float | None = None) -> None:
         """End polling. Under gevent a poll in progress is cut at once (nothing it would
         return is acknowledged), and a submit in progress finishes first; a thread ends
-        after its poll returns."""
+        after its poll returns (waited for up to ``wait`` seconds, when given)."""
         self._stopped.set()
         if self._greenlet is None:
+            if wait is not None:
+                self.finished.wait(wait)
             return
         # Greenlets do not preempt each other: the poller is either waiting for Telegram
         # (cut it) or inside a submit (it checks the flag once that returns).
@@ -129,15 +149,30 @@ class UpdatePoller:
         each once it is durable. Returns how many updates came."""
         if self._stopped.is_set():
             raise _Stop
+        timeout = self._timeout
+        if self._time_left is not None:
+            left = self._time_left()
+            if left <= 0:
+                log.info("event=telegram_polling_stopped reason=lease_deadline")
+                raise _Stop
+            # a long poll (whole seconds) ends half a second before the deadline at least
+            timeout = min(timeout, int(left - DEADLINE_MARGIN))
+            if timeout < 1:  # renewals are late: wait for one, or for the deadline
+                self._stopped.wait(min(DEADLINE_MARGIN, left))
+                return 0
         self._in_poll = True
         try:
-            updates = self._client.get_updates(self.offset, self._timeout)
+            updates = self._client.get_updates(self.offset, timeout)
         finally:
             self._in_poll = False
         if updates:
             self._checkpoint("telegram_update_received")
         for update in updates:
             if self._stopped.is_set():
+                raise _Stop
+            if self._time_left is not None and self._time_left() <= 0:
+                # the lease may be another node's by now: it takes these updates again
+                log.info("event=telegram_polling_stopped reason=lease_deadline")
                 raise _Stop
             self._take(update)
             self.offset = update.update_id + 1

@@ -1,4 +1,5 @@
-"""``PgLeases``: the cluster's lease table on PostgreSQL (the tables of schema migration 2).
+"""``PgLeases``: the cluster's lease tables on PostgreSQL (the tables of schema migrations 2
+and 4: the shards' leases, and those of the pull adapters).
 
 Each operation of :class:`~hermes_actors.cluster.records.LeaseStore` is one statement (one
 short transaction for creating the cluster and for a snapshot), correct however many nodes
@@ -35,6 +36,8 @@ import psycopg
 
 from hermes_actors.cluster.records import (
     Acquired,
+    AdapterAcquired,
+    AdapterLeaseRow,
     ClusterSnapshot,
     LeaseRow,
     NodeAnnouncement,
@@ -105,6 +108,42 @@ _RELEASE = (
     _TENURES.format(condition="", lock="UPDATE")
     + " UPDATE shard_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
     " FROM due WHERE l.shard = due.shard RETURNING l.shard")
+#: The pull adapters' leases (``adapter_leases``, migration 5), one row per adapter name,
+#: with the rules of the shards' leases. Acquiring is an upsert: the row is created taken
+#: when no node asked for the adapter before; otherwise PostgreSQL locks the existing row
+#: and checks the ``WHERE`` of ``DO UPDATE`` against its latest committed version (read
+#: committed's rule for ``ON CONFLICT``, even for a row the statement's snapshot cannot
+#: see), so of two nodes taking one free adapter the second finds it owned and takes
+#: nothing; two inserting one new name at once: the second waits for the first's row and
+#: then finds it owned. Rows are taken in name order (the ``ORDER BY`` of the insert's
+#: rows, as in the renewal and the release). An adapter row is never fenced by a write,
+#: so the lock is not skipped but waited for: only a renewal or a release holds it, for
+#: one short statement.
+_ADAPTER_ACQUIRE = (
+    "INSERT INTO adapter_leases AS l (name, owner, epoch, acquired_at, expires_at)"
+    f" SELECT n, %(me)s, 1, {_NOW}, {_NOW} + %(ttl)s"
+    " FROM unnest(%(names)s::text[]) AS n ORDER BY n"
+    " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1,"
+    " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"
+    f" WHERE l.owner IS NULL OR l.expires_at < {_NOW} OR l.owner = %(me)s"
+    " RETURNING l.name, l.epoch, l.expires_at")
+#: The caller's own adapter tenures (name -> epoch pairs), locked in name order.
+_ADAPTER_TENURES = (
+    "WITH due AS (SELECT l.name FROM adapter_leases AS l"
+    " JOIN unnest(%(names)s::text[], %(epochs)s::bigint[]) AS h (name, epoch)"
+    " ON l.name = h.name AND l.epoch = h.epoch WHERE l.owner = %(me)s{condition}"
+    " ORDER BY l.name FOR {lock} OF l)")
+_ADAPTER_RENEW = (
+    _ADAPTER_TENURES.format(condition=f" AND l.expires_at >= {_NOW}", lock="NO KEY UPDATE")
+    + f" UPDATE adapter_leases AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
+    " WHERE l.name = due.name RETURNING l.name, l.expires_at")
+_ADAPTER_RELEASE = (
+    _ADAPTER_TENURES.format(condition="", lock="UPDATE")
+    + " UPDATE adapter_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
+    " FROM due WHERE l.name = due.name RETURNING l.name")
+_HAS_ADAPTER_LEASES = "SELECT to_regclass('adapter_leases') IS NOT NULL"
+_ADAPTER_LEASES = ("SELECT name, owner, epoch, expires_at, acquired_at FROM adapter_leases"
+                   " ORDER BY name")
 _LEAVE = "DELETE FROM cluster_nodes WHERE node_id = %s AND boot_id = %s"
 _FORGET = (
     f"DELETE FROM cluster_nodes AS n WHERE n.heartbeat_at < {_NOW} - %s"
@@ -214,8 +253,15 @@ class PgLeases:
                 leases = tuple(
                     LeaseRow(int(shard), owner, int(epoch), _time(expires), _time(acquired))
                     for shard, owner, epoch, expires, acquired in conn.execute(_LEASES))
+                adapters: tuple[AdapterLeaseRow, ...] = ()
+                if conn.execute(_HAS_ADAPTER_LEASES).fetchone()[0]:  # type: ignore[index]
+                    adapters = tuple(
+                        AdapterLeaseRow(name, owner, int(epoch), _time(expires),
+                                        _time(acquired))
+                        for name, owner, epoch, expires, acquired
+                        in conn.execute(_ADAPTER_LEASES))
             return ClusterSnapshot(float(now), None if shards is None else int(shards),
-                                   nodes, leases)
+                                   nodes, leases, adapters)
 
         return self._run("read the cluster in", read)
 
@@ -250,6 +296,45 @@ class PgLeases:
         rows = self._run("release leases in",
                          lambda conn: conn.execute(_RELEASE, params).fetchall())
         return {int(s) for (s,) in rows}
+
+
+    # -- pull adapters' leases -------------------------------------------------------------
+
+    def acquire_adapters(self, node_id: str, names: Iterable[str], ttl: float
+                         ) -> list[AdapterAcquired]:
+        """Take those of the adapter leases ``names`` that are free, expired, already
+        ``node_id``'s or not there yet (their rows are created, taken)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return []
+        params = {"me": node_id, "ttl": ttl, "names": wanted}
+        rows = self._run("acquire adapter leases in",
+                         lambda conn: conn.execute(_ADAPTER_ACQUIRE, params).fetchall())
+        return sorted((AdapterAcquired(str(n), int(e), float(x)) for n, e, x in rows),
+                      key=lambda lease: lease.name)
+
+    def renew_adapters(self, node_id: str, held: Mapping[str, int], ttl: float
+                       ) -> dict[str, float]:
+        """Extend the still valid adapter leases of ``held`` (name -> epoch) that are
+        ``node_id``'s; returns name -> new expiry for those renewed."""
+        if not held:
+            return {}
+        names = sorted(held)
+        params = {"me": node_id, "ttl": ttl, "names": names,
+                  "epochs": [held[n] for n in names]}
+        rows = self._run("renew adapter leases in",
+                         lambda conn: conn.execute(_ADAPTER_RENEW, params).fetchall())
+        return {str(n): float(x) for n, x in rows}
+
+    def release_adapters(self, node_id: str, held: Mapping[str, int]) -> set[str]:
+        """Free the adapter leases of ``held`` (name -> epoch) still ``node_id``'s."""
+        if not held:
+            return set()
+        names = sorted(held)
+        params = {"me": node_id, "names": names, "epochs": [held[n] for n in names]}
+        rows = self._run("release adapter leases in",
+                         lambda conn: conn.execute(_ADAPTER_RELEASE, params).fetchall())
+        return {str(n) for (n,) in rows}
 
 
 def _pairs(held: Mapping[int, int]) -> dict[str, list[int]]:

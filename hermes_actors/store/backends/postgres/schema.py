@@ -250,6 +250,19 @@ SESSION_RESTARTS_DDL = """CREATE TABLE IF NOT EXISTS session_restarts (
         session_key text NOT NULL PRIMARY KEY,
         restarts integer NOT NULL CHECK (restarts > 0),
         updated_at double precision NOT NULL)"""
+#: The leases of pull adapters (migration 5, also its latest form): one row per adapter
+#: name (``telegram:<bot id>``), made by the first node that asks for it, with the rules of
+#: ``shard_leases``: free while ``owner`` is null, ``epoch`` grows at every acquisition.
+#: Only one node at a time runs the adapter's pull loop (``getUpdates``), so each update is
+#: fetched once. No write is fenced by these rows: what a poller accepts is deduplicated by
+#: the inbox's ingress key, whoever accepted it.
+ADAPTER_LEASES_DDL = """CREATE TABLE IF NOT EXISTS adapter_leases (
+        name text NOT NULL PRIMARY KEY,
+        owner text,
+        epoch bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+        acquired_at double precision,
+        expires_at double precision,
+        CHECK ((owner IS NULL) = (expires_at IS NULL)))"""
 
 
 def inbox_channel(shard: int) -> str:
@@ -258,7 +271,8 @@ def inbox_channel(shard: int) -> str:
 
 
 #: The cluster's tables, in the order the diagnostics list them.
-CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases", "session_restarts")
+CLUSTER_TABLES = ("cluster", "cluster_nodes", "shard_leases", "session_restarts",
+                  "adapter_leases")
 
 #: Forward migrations; migration N adds row N to ``schema_version``.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -266,6 +280,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (*CLUSTER_DDL, CLUSTER_SHARD_FUNCTION),
     (CLUSTER_FENCE_FUNCTION,),
     (SESSION_RESTARTS_DDL,),
+    (ADAPTER_LEASES_DDL,),
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -273,7 +288,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: migrations so far wrote their latest forms; a later migration that changes a table must
 #: write its new form out here). Cluster tables that come back empty are a cluster that
 #: the next node creates anew: its leases start free, so nobody keeps a stale tenure.
-LATEST_DDL: tuple[str, ...] = (*CANONICAL_DDL, *CLUSTER_DDL, SESSION_RESTARTS_DDL)
+LATEST_DDL: tuple[str, ...] = (*CANONICAL_DDL, *CLUSTER_DDL, SESSION_RESTARTS_DDL,
+                               ADAPTER_LEASES_DDL)
 
 
 def applied_version(conn: Any) -> int:
