@@ -46,9 +46,12 @@ class Outbox:
     def __init__(self, store: Callable[[], Any] | None = None) -> None:
         self._get_store = store
         self._cond = threading.Condition()
-        #: Appends per chat, so a waiter sees a change since it read without a database read
-        #: for every append to some other chat. Bounded (LRU): a chat forgotten here only
-        #: wakes its waiters once for nothing (they read, find nothing new, wait again).
+        #: Per chat, the number (``appended``) of its last append, so a waiter sees a change
+        #: since it read without a database read for every append to some other chat.
+        #: Bounded (LRU): a chat forgotten here only wakes its waiters once for nothing (they
+        #: read, find nothing new, wait again). The numbers are unique, so a chat forgotten
+        #: and appended to again never shows the value a waiter saw before (a count per
+        #: chat would start over and could: that wake-up was lost).
         self._versions: LRUCache[tuple[str, str | None], int] = LRUCache(maxsize=CHAT_VERSIONS)
         self._high = 0
         self._closed = False
@@ -91,8 +94,8 @@ class Outbox:
         chat = (target.platform, target.chat_id)
         with self._cond:
             self._high = max(self._high, cursor)
-            self._versions[chat] = self._versions.get(chat, 0) + 1
             self.appended += 1
+            self._versions[chat] = self.appended
             self._cond.notify_all()
         return cursor
 

@@ -108,19 +108,48 @@ class TestOutboxWaiting:
         return thread, result
 
     def test_a_bounded_chat_memory_loses_no_wake_up(self, tmp_path, clock, monkeypatch):
+        """The waiter's chat is forgotten (a memory of one chat) and appended to again, both
+        after the waiter read and before it waits: the change must still wake it. The
+        store's read is held until both appends are done, so the order is certain."""
         from hermes_actors.adapters import outbox as outbox_module
 
         monkeypatch.setattr(outbox_module, "CHAT_VERSIONS", 1)
         store = SessionStore(tmp_path / "bounded", clock=clock, mirror_interval=None)
+        read, release = threading.Event(), threading.Event()
+
+        class HeldReads:
+            """The store, with the waiter's first read held after it ran."""
+
+            def __getattr__(self, name):
+                return getattr(store, name)
+
+            def outbox_read(self, *args, **kwargs):
+                rows = store.outbox_read(*args, **kwargs)
+                if not read.is_set():
+                    read.set()
+                    release.wait(30)
+                return rows
+
+        held = HeldReads()
+        thread = None
         try:
-            bounded = Outbox(lambda: store)
+            bounded = Outbox(lambda: held)
             bounded.append(SessionSource("webhook", chat_id="42"), "first", kind="reply")
-            thread, result = self._wait_in_thread(bounded, after=bounded.head())
+            result: list = []
+            thread = threading.Thread(target=lambda: result.append(
+                bounded.wait("webhook", "42", bounded.head(), timeout=120)))
+            thread.start()
+            assert read.wait(30)  # it read (nothing new) and has not waited yet
             bounded.append(SessionSource("webhook", chat_id="43"), "other", kind="reply")
             bounded.append(SessionSource("webhook", chat_id="42"), "late", kind="reply")
-            thread.join(30)
+            release.set()
+            thread.join(30)  # a lost wake-up would hold it for the whole 120 s
+            assert not thread.is_alive()
             assert [r["text"] for r in result[0]] == ["late"]
         finally:
+            release.set()
+            if thread is not None:
+                thread.join(130)
             store.close()
 
     def test_rows_present_return_at_once(self, outbox):
