@@ -157,8 +157,8 @@ def _fixture(dsn: str, chats: list[int]) -> None:
                   platform=PLATFORM)
 
 
-def _single(base: Path, chats: list[int], midturn: int, progress: Progress
-            ) -> dict[str, float]:
+def _single(base: Path, chats: list[int], midturn: int, progress: Progress,
+            pids: list[int]) -> dict[str, float]:
     """The baseline: a single gateway killed and started again on the same sessions."""
     with pgserver.database() as dsn:
         progress.update(f"single gateway: fixture of {len(chats):,} sessions", force=True)
@@ -166,6 +166,7 @@ def _single(base: Path, chats: list[int], midturn: int, progress: Progress
         env = node_env(dsn, cluster=False, agent="scripted")
         home = base / "single"
         first = NodeProcess(home, env)
+        pids.append(first.pid)
         try:
             _make_midturn(dsn, first.port, chats[:midturn], progress)
         finally:
@@ -173,6 +174,7 @@ def _single(base: Path, chats: list[int], midturn: int, progress: Progress
         _write_probes(dsn, chats)
         progress.update("single gateway: restarted", force=True)
         again = NodeProcess(home, env)
+        pids.append(again.pid)
         try:
             served = _wait_served(dsn, len(chats), midturn, progress, "single gateway")
         finally:
@@ -182,7 +184,7 @@ def _single(base: Path, chats: list[int], midturn: int, progress: Progress
 
 
 def _cluster(base: Path, chats: list[int], midturn: int, lease_ttl: float, heartbeat: float,
-             progress: Progress) -> dict[str, float]:
+             progress: Progress, pids: list[int]) -> dict[str, float]:
     """Node A holding every session, node B live; A killed; until B serves them all."""
     with pgserver.database() as dsn:
         progress.update(f"cluster: fixture of {len(chats):,} sessions", force=True)
@@ -193,11 +195,13 @@ def _cluster(base: Path, chats: list[int], midturn: int, lease_ttl: float, heart
         try:
             a = NodeProcess(base / "a", env)
             nodes.append(a)
+            pids.append(a.pid)
             until(lambda: _held(dsn, a.node_id) == SHARDS, "node A holds every shard",
                   timeout=60)
             a.wait_line(r"event=cluster_shards_serving", timeout=120)
             b = NodeProcess(base / "b", env)
             nodes.append(b)
+            pids.append(b.pid)
             half = SHARDS // 2
             until(lambda: _held(dsn, b.node_id) == half and _held(dsn, a.node_id) == half,
                   "the shards split between A and B", timeout=120)
@@ -223,9 +227,10 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
     """The baseline (a single gateway restarted), then the cluster's handover."""
     sessions, midturn, lease_ttl, heartbeat = QUICK if quick else FULL
     chats = half_chats(sessions)
+    pids: list[int] = []
     with scratch_dir(workdir, "cluster-handover") as base:
-        single = _single(base, chats, midturn, progress)
-        cluster = _cluster(base, chats, midturn, lease_ttl, heartbeat, progress)
+        single = _single(base, chats, midturn, progress, pids)
+        cluster = _cluster(base, chats, midturn, lease_ttl, heartbeat, progress, pids)
     label = f"{sessions:,} sessions, {midturn:,} mid-turn"
     baseline = lease_ttl + single["total"]
     figures = [
@@ -245,4 +250,4 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
     return {"figures": figures,
             "details": {"sessions": sessions, "midturn": midturn, "shards": SHARDS,
                         "lease_ttl": lease_ttl, "heartbeat": heartbeat,
-                        "single": single, "cluster": cluster}}
+                        "single": single, "cluster": cluster, "pids": pids}}
