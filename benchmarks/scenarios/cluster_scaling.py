@@ -142,16 +142,29 @@ def _measure(config: _Config, load: Any, progress: Progress, label: str
     then wait until each is answered; CPU per turn and rates."""
     before = config.replies()
     nodes0, server0 = config.cpu()
+    wal0 = _wal(config.dsn)
     started = time.perf_counter()
     sent, sending_s = load()
     answered = until(lambda: _progress(config, before, sent, progress, label),
                      "every message answered", timeout=600, every=0.1)
     nodes1, server1 = config.cpu()
+    wal1 = _wal(config.dsn)
     turns = config.replies() - before
     return {"turns": turns, "seconds": answered - started, "sent_per_s": sent / sending_s,
             "answered_per_s": turns / (answered - started),
             "cpu_nodes_us": (nodes1 - nodes0) / turns * 1e6,
-            "cpu_server_us": (server1 - server0) / turns * 1e6}
+            "cpu_server_us": (server1 - server0) / turns * 1e6,
+            **{f"{k}_per_turn": (wal1[k] - wal0[k]) / turns for k in wal0}}
+
+
+def _wal(dsn: str) -> dict[str, float]:
+    """The server's WAL flushes (``pg_stat_io``), WAL records and committed transactions
+    so far (whole server; its statistics lag up to a second behind)."""
+    row = sql(dsn, "SELECT (SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io"
+              " WHERE object = 'wal'), (SELECT wal_records FROM pg_stat_wal),"
+              " (SELECT sum(xact_commit) FROM pg_stat_database)")[0]
+    return {"wal_flushes": float(row[0]), "wal_records": float(row[1]),
+            "commits": float(row[2])}
 
 
 def _progress(config: _Config, before: int, sent: int, progress: Progress,
@@ -301,9 +314,9 @@ def _sum(parts: list[dict[str, float]]) -> dict[str, float]:
     """Rounds of one configuration as one measurement (CPU and time summed)."""
     turns = sum(p["turns"] for p in parts)
     seconds = sum(p["seconds"] for p in parts)
+    keys = [k for k in parts[0] if k.startswith("cpu_") or k.endswith("_per_turn")]
     return {"turns": turns, "seconds": seconds, "answered_per_s": turns / seconds,
-            "cpu_nodes_us": sum(p["cpu_nodes_us"] * p["turns"] for p in parts) / turns,
-            "cpu_server_us": sum(p["cpu_server_us"] * p["turns"] for p in parts) / turns}
+            **{k: sum(p[k] * p["turns"] for p in parts) / turns for k in keys}}
 
 
 def _total(m: dict[str, float]) -> float:
@@ -353,6 +366,12 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
                baseline=p1["cpu_server_us"], baseline_label=baseline),
         figure("paced_rate", "  answered while paced", p2["answered_per_s"], "turns/s",
                baseline=p1["answered_per_s"], baseline_label=baseline),
+        figure("flushes", "  WAL flushes per turn while paced (the commit rate's share)",
+               p2["wal_flushes_per_turn"], "flushes", baseline=p1["wal_flushes_per_turn"],
+               baseline_label=baseline),
+        figure("commits", "  transactions committed per turn while paced (reads too)",
+               p2["commits_per_turn"], "commits", baseline=p1["commits_per_turn"],
+               baseline_label=baseline),
         figure("max", f"max throughput, {CLIENTS} closed loops, 2 nodes", m2["answered_per_s"],
                "turns/s", baseline=m1["answered_per_s"], baseline_label=baseline),
         figure("max_cpu", "  CPU per turn at max, nodes + server",
