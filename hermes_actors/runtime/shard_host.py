@@ -21,11 +21,8 @@ earlier goes first. Which events were dispatched is remembered per shard and for
 once a later read no longer finds them unconsumed. Passes (a read and its dispatch) run one
 at a time: two reads on two pooled connections may run in either order on the server, and
 a consumed event forgotten after the newer read must not be dispatched again from the
-older one (a test of the cluster under load found exactly that). Concurrent catch-ups are
-coalesced: every call waits for a pass that starts after it, and one pass serves all the
-calls that came while the previous one ran (under load, one read for many accepts instead
-of one each). Dispatch decisions are taken under the gateway's lock as well, so ingress and
-the drains see one order.
+older one (a test of the cluster under load found exactly that). Dispatch decisions are
+taken under the gateway's lock as well, so ingress and the drains see one order.
 
 Rejected: dispatching accepted events directly on their owner (cheaper by one read per
 message, but a message accepted elsewhere just before would be overtaken) and a separate
@@ -87,8 +84,6 @@ class ShardStatistics(NamedTuple):
     dispatched: int
     #: Passes started by a notice of new inbox rows (``LISTEN``) rather than the poll.
     woken: int = 0
-    #: Inbox reads of catch-up passes (coalesced: fewer than the calls under load).
-    passes: int = 0
 
 
 class ShardHost(ShardListener):
@@ -111,12 +106,6 @@ class ShardHost(ShardListener):
         self._dispatched: dict[int, set[str]] = {}
         #: One pass (an inbox read and its dispatch) at a time (module docstring).
         self._passes = threading.Lock()
-        #: Coalescing of concurrent catch-ups (``catch_up``): passes started and done,
-        #: whether one runs, and the refusable events callers wait on (id -> future).
-        self._coalesce = threading.Condition()
-        self._passes_started = self._passes_done = self._pass_count = 0
-        self._pass_running = False
-        self._refusable: dict[str, Any] = {}
         self._due: dict[int, int] = {}  # gained, not recovered yet
         self._due_lock = threading.Lock()
         self._wake = threading.Event()
@@ -183,8 +172,7 @@ class ShardHost(ShardListener):
     def statistics(self) -> ShardStatistics:
         """A snapshot record."""
         return ShardStatistics(len(self._serving), self._gained, self._lost,
-                               self._handovers, self._dispatch_count, self._woken,
-                               self._pass_count)
+                               self._handovers, self._dispatch_count, self._woken)
 
     # -- the listener (on the manager's greenlet: hand on, never block) -------------------
 
@@ -281,50 +269,14 @@ class ShardHost(ShardListener):
     def catch_up(self, refusable: str | None = None) -> Any:
         """Dispatch every unconsumed inbox event of the served shards that was not
         dispatched yet, in arrival order; returns the answer future of the event
-        ``refusable`` names when it was dispatched here (asked, so it may be refused).
-
-        Concurrent calls are coalesced: a call waits for a pass that *starts* after it was
-        made (the one running may have read the inbox before the caller's event was
-        committed), and one pass serves every call that arrived while the previous pass
-        ran: its read sees all their events. Whoever finds no pass running runs the next
-        one for all the waiting calls."""
-        with self._coalesce:
-            ticket = self._passes_started + 1
-            if refusable is not None:
-                self._refusable[refusable] = None
-            try:
-                while self._passes_done < ticket:
-                    if self._pass_running:
-                        self._coalesce.wait()
-                        continue
-                    self._pass_running = True
-                    self._passes_started += 1
-                    number = self._passes_started
-                    self._coalesce.release()
-                    try:
-                        self._pass()
-                    finally:
-                        self._coalesce.acquire()
-                        self._passes_done = number
-                        self._pass_running = False
-                        self._coalesce.notify_all()
-                return self._refusable.pop(refusable, None) if refusable is not None \
-                    else None
-            finally:
-                if refusable is not None:
-                    self._refusable.pop(refusable, None)
-
-    def _pass(self) -> None:
-        """One pass: read the served shards' unconsumed inbox and dispatch what was not
-        dispatched yet; the events callers wait on as refusable are dispatched so, their
-        answer futures kept in ``_refusable`` for them."""
+        ``refusable`` names when it was dispatched here (asked, so it may be refused)."""
         with self._passes:
             with self._lock:
                 serving = self.belongs()
             if not serving.wanted:
-                return
-            self._pass_count += 1
+                return None
             pending = self._gateway.pending_inbox(serving)
+            answer = None
             with self._lock:
                 held = self.belongs().wanted & serving.wanted  # lost meanwhile: not
                 unconsumed: dict[int, set[str]] = {shard: set() for shard in held}
@@ -335,13 +287,13 @@ class ShardHost(ShardListener):
                     unconsumed[shard].add(event.event_id)
                     if event.event_id in self._dispatched[shard]:
                         continue
-                    asked = event.event_id in self._refusable
-                    future = self._dispatch(key, event, asked)
-                    if asked:
-                        self._refusable[event.event_id] = future
+                    future = self._dispatch(key, event, event.event_id == refusable)
+                    if event.event_id == refusable:
+                        answer = future
                 for shard, still in unconsumed.items():
                     # consumed (or withdrawn) events are never pending again
                     self._dispatched[shard] &= still
+            return answer
 
     def _dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Under the lock: remember the event as dispatched, then hand it on."""

@@ -71,7 +71,6 @@ class FakeGateway:
 
     def dispatch(self, key, event, refusable):
         self.dispatched.append((key, event.text))
-        return f"answer of {event.text}" if refusable else None
 
     def stop_sessions(self, belongs):
         self.stopped.extend(k for k, _ in self.inbox if belongs(k))
@@ -150,74 +149,6 @@ class TestDispatch:
         first.join(10)
         assert second_done.wait(10)
         assert gw.dispatched == [(a, "1")]
-
-
-class TestCoalescing:
-    """Catch-ups that arrive while a pass runs are served by one pass after it."""
-
-    def _blocked_first_pass(self, made, gw):
-        reading, release = threading.Event(), threading.Event()
-
-        def slow_read():
-            reading.set()
-            assert release.wait(10)
-
-        gw.before_read = slow_read
-        first = threading.Thread(target=made.catch_up)
-        first.start()
-        assert reading.wait(10)
-        return first, release
-
-    def test_callers_during_a_pass_share_the_next_one(self, host):
-        made, gw, manager = host
-        a, b = _key_in(0), _key_in(0, 1)
-        _gain(made, manager, 0)
-        gw.inbox = [(a, _event("1"))]
-        reads = []
-        real_read = gw.pending_inbox
-
-        def counting_read(shards):
-            reads.append(1)
-            return real_read(shards)
-
-        gw.pending_inbox = counting_read
-        first, release = self._blocked_first_pass(made, gw)
-        # accepted (durable) after the first pass read: the next pass must see them
-        gw.inbox += [(a, _event("2")), (b, _event("3")), (a, _event("4"))]
-        answers: dict[str, object] = {}
-        waiting = [threading.Thread(target=lambda t=t: answers.update({t: made.catch_up(
-            gw.inbox[int(t) - 1][1].event_id)})) for t in ("2", "3", "4")]
-        for t in waiting:
-            t.start()
-        while len(made._refusable) < 3:  # all three registered, behind the first pass
-            threading.Event().wait(0.01)
-        assert all(t.is_alive() for t in waiting)
-        release.set()
-        first.join(10)
-        for t in waiting:
-            t.join(10)
-        assert len(reads) == 2  # the blocked pass and one pass for all three callers
-        assert gw.dispatched == [(a, "1"), (a, "2"), (b, "3"), (a, "4")]
-        # each caller got the answer of its own event, dispatched refusable for it
-        assert answers == {"2": "answer of 2", "3": "answer of 3", "4": "answer of 4"}
-        assert made._refusable == {} and made.statistics().passes == 2
-
-    def test_a_call_waits_for_a_pass_that_started_after_it(self, host):
-        """The running pass may have read before the caller's event was committed."""
-        made, gw, manager = host
-        a = _key_in(1)
-        _gain(made, manager, 1)
-        first, release = self._blocked_first_pass(made, gw)
-        gw.inbox = [(a, _event("late"))]  # after the blocked pass's read
-        done = threading.Event()
-        got = []
-        threading.Thread(target=lambda: (got.append(made.catch_up(gw.inbox[0][1].event_id)),
-                                         done.set())).start()
-        assert not done.wait(0.2)
-        release.set()
-        first.join(10)
-        assert done.wait(10)
-        assert gw.dispatched == [(a, "late")] and got == ["answer of late"]
 
 
 class TestLosing:
