@@ -35,4 +35,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              postgres=True),
     Scenario("recovery-pg", "recovery on the PostgreSQL backend: start -> ready, vs raw read",
              600, postgres=True),
+    Scenario("cluster-handover", "a node killed: until its chats are served, vs lease_ttl + "
+             "single-node recovery", 900, postgres=True),
+    Scenario("cluster-scaling", "CPU per turn and throughput, 2 nodes vs a one-node cluster",
+             900, postgres=True),
 )

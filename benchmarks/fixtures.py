@@ -21,16 +21,18 @@ __all__ = ["FIXTURE_COLUMNS", "Fixture", "FixtureRows", "build_state_db", "dm_ke
 _T0 = 1_700_000_000.0
 
 
-def dm_source(n: int) -> Any:
-    """The ``SessionSource`` of session ``n``: a Telegram DM with chat ``n``."""
+def dm_source(n: int, platform: str = "telegram") -> Any:
+    """The ``SessionSource`` of session ``n``: a DM with chat ``n`` (Telegram unless
+    ``platform`` says otherwise)."""
     from hermes_actors import SessionSource
 
-    return SessionSource("telegram", chat_id=str(n), user_id=f"u{n}", user_name=f"user {n}")
+    return SessionSource(platform, chat_id=str(n), user_id=f"u{n}", user_name=f"user {n}")
 
 
-def dm_key(n: int) -> str:
-    """The session key of :func:`dm_source` ``(n)`` (checked against the key builder)."""
-    return f"agent:main:telegram:dm:{n}"
+def dm_key(n: int, platform: str = "telegram") -> str:
+    """The session key of :func:`dm_source` ``(n, platform)`` (checked against the key
+    builder)."""
+    return f"agent:main:{platform}:dm:{n}"
 
 
 def open_raw(path: Path, *, synchronous: str = "NORMAL") -> sqlite3.Connection:
@@ -55,16 +57,16 @@ class Fixture(NamedTuple):
     replied: int
 
 
-def _template(now: float) -> dict[str, Any]:
+def _template(now: float, platform: str = "telegram") -> dict[str, Any]:
     from hermes_actors.model.entry import SessionEntry
     from hermes_actors.model.keys import build_session_key
     from hermes_actors.model.timeutil import from_epoch
     from hermes_actors.store import lifecycle
     from hermes_actors.store.routing import FLAG_FIELDS
 
-    src = dm_source(0)
-    assert build_session_key(src) == dm_key(0), "the fixture's key pattern drifted"
-    entry = lifecycle.fresh_entry(dm_key(0), src, from_epoch(now))
+    src = dm_source(0, platform)
+    assert build_session_key(src) == dm_key(0, platform), "the fixture's key pattern drifted"
+    entry = lifecycle.fresh_entry(dm_key(0, platform), src, from_epoch(now))
     assert isinstance(entry, SessionEntry)
     data = entry.to_dict()
     for name in FLAG_FIELDS:  # stored as columns, not in the entry text
@@ -90,16 +92,19 @@ FIXTURE_COLUMNS = {
 
 
 def fixture_rows(sessions: int, *, markers: int = 0, replied: int = 0,
-                 now: float | None = None) -> FixtureRows:
+                 now: float | None = None, numbers: list[int] | None = None,
+                 platform: str = "telegram") -> FixtureRows:
     """``sessions`` DM sessions; the first ``markers`` have a fresh turn marker and a
     persisted user message, the first ``replied`` of those also a persisted final reply
-    (``is_reply`` as 0/1)."""
+    (``is_reply`` as 0/1). The sessions are those of chats ``0 .. sessions - 1``, or of
+    the chats ``numbers`` lists (its first ``sessions``), on ``platform``."""
     now = _T0 if now is None else now
-    template = _template(now)
+    template = _template(now, platform)
+    chats = list(range(sessions)) if numbers is None else list(numbers[:sessions])
     sessions_rows, routing_rows, message_rows = [], [], []
-    for n in range(sessions):
+    for i, n in enumerate(chats):
         entry = copy.deepcopy(template)
-        key, sid = dm_key(n), f"20231114_221320_{n:08x}"
+        key, sid = dm_key(n, platform), f"20231114_221320_{n:08x}"
         entry["session_key"], entry["session_id"] = key, sid
         entry["origin"]["chat_id"] = str(n)
         entry["origin"]["user_id"] = f"u{n}"
@@ -107,11 +112,11 @@ def fixture_rows(sessions: int, *, markers: int = 0, replied: int = 0,
         entry["display_name"] = f"user {n}"
         count = 0
         token = started = None
-        if n < markers:
+        if i < markers:
             token, started = uuid.UUID(int=n + 1).hex, now - 60.0
             message_rows.append((sid, "user", f"question {n}", now - 60.0, token, 0))
             count = 1
-            if n < replied:
+            if i < replied:
                 message_rows.append((sid, "assistant", f"answer {n}", now - 30.0, token, 1))
                 count = 2
         sessions_rows.append((sid, key, json.dumps(entry["origin"]), now - 3600.0, count))

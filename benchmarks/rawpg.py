@@ -171,10 +171,10 @@ def _check_turns(conn: Any, sessions: int, messages: int) -> None:
 
 
 def build_fixture(dsn: str, sessions: int, *, markers: int, replied: int,
-                  now: float) -> None:
-    """Write :func:`~benchmarks.fixtures.fixture_rows` into the empty ``dsn`` with ``COPY``;
-    check the counts; vacuum and analyse."""
-    rows = fixture_rows(sessions, markers=markers, replied=replied, now=now)
+                  now: float, **chats: Any) -> None:
+    """Write :func:`~benchmarks.fixtures.fixture_rows` into the empty ``dsn`` with ``COPY``
+    (``chats``: its ``numbers`` and ``platform``); check the counts; vacuum and analyse."""
+    rows = fixture_rows(sessions, markers=markers, replied=replied, now=now, **chats)
     conn = connect_migrated(dsn)
     try:
         with conn.transaction():

@@ -22,7 +22,8 @@ from benchmarks.catalog import SCENARIOS
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_SCENARIOS = [s.name for s in SCENARIOS if s.postgres]
+#: The cluster's scenarios start node processes of their own: ``test_smoke_cluster``.
+PG_SCENARIOS = [s.name for s in SCENARIOS if s.postgres and not s.name.startswith("cluster-")]
 
 
 def _number(x: object) -> bool:
