@@ -46,13 +46,18 @@ class Outbox:
     def __init__(self, store: Callable[[], Any] | None = None) -> None:
         self._get_store = store
         self._cond = threading.Condition()
-        #: Per chat, the number (``appended``) of its last append, so a waiter sees a change
-        #: since it read without a database read for every append to some other chat.
-        #: Bounded (LRU): a chat forgotten here only wakes its waiters once for nothing (they
-        #: read, find nothing new, wait again). The numbers are unique, so a chat forgotten
-        #: and appended to again never shows the value a waiter saw before (a count per
-        #: chat would start over and could: that wake-up was lost).
+        #: Per chat, the number of its last change (an append here, or one another node
+        #: told of), so a waiter sees a change since it read without a database read for
+        #: every append to some other chat. Bounded (LRU): a chat forgotten here only wakes
+        #: its waiters once for nothing (they read, find nothing new, wait again). The
+        #: numbers are unique, so a chat forgotten and changed again never shows the value
+        #: a waiter saw before (a count per chat would start over and could: that wake-up
+        #: was lost).
         self._versions: LRUCache[tuple[str, str | None], int] = LRUCache(maxsize=CHAT_VERSIONS)
+        self._changes = 0
+        #: Bumped when changes may have been missed (:meth:`note_unknown`): every waiter
+        #: reads again.
+        self._rounds = 0
         self._high = 0
         self._closed = False
         #: Replies appended by this process.
@@ -95,9 +100,26 @@ class Outbox:
         with self._cond:
             self._high = max(self._high, cursor)
             self.appended += 1
-            self._versions[chat] = self.appended
-            self._cond.notify_all()
+            self._changed(chat)
         return cursor
+
+    def note_append(self, platform: str, chat_id: str | None) -> None:
+        """Another process appended to this chat (a cluster node's notice): its waiters
+        read again."""
+        with self._cond:
+            self._changed((platform, chat_id))
+
+    def note_unknown(self) -> None:
+        """Appends elsewhere may have gone unheard (the notices' connection is new): every
+        waiter reads again."""
+        with self._cond:
+            self._rounds += 1
+            self._cond.notify_all()
+
+    def _changed(self, chat: tuple[str, str | None]) -> None:
+        self._changes += 1
+        self._versions[chat] = self._changes
+        self._cond.notify_all()
 
     def read(self, platform: str, chat_id: str | None, after: int = 0,
              limit: int = 100) -> list[dict[str, Any]]:
@@ -123,15 +145,15 @@ class Outbox:
         chat = (platform, chat_id)
         while True:
             with self._cond:
-                seen = self._versions.get(chat, 0)
+                seen = (self._versions.get(chat, 0), self._rounds)
                 if self._closed:
                     return []  # the store may be closed already (the end of a stop)
             rows = self.read(platform, chat_id, after, limit)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0 or self._closed:
                 return rows
-            def changed(seen: int = seen) -> bool:
-                return self._versions.get(chat, 0) != seen or self._closed
+            def changed(seen: tuple[int, int] = seen) -> bool:
+                return (self._versions.get(chat, 0), self._rounds) != seen or self._closed
 
             with self._cond:
                 self._cond.wait_for(changed, timeout=remaining)

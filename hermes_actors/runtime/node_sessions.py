@@ -20,6 +20,7 @@ import pykka
 from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.ids import new_id
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.pull_adapters import PullAdapters, pull_adapters
 from hermes_actors.runtime.recovery import RecoveryReport
@@ -31,7 +32,7 @@ from hermes_actors.runtime.session_actor import (
 )
 from hermes_actors.runtime.shard_host import ShardHost
 from hermes_actors.store.fencing import ShardFence
-from hermes_actors.store.ops import NotifyShard
+from hermes_actors.store.ops import NotifyOutbox, NotifyShard
 
 __all__ = ["NodeSessions", "start_node"]
 
@@ -58,8 +59,22 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
     # lease_ttl, is the net under lost notifications.
     host = ShardHost(NodeSessions(gateway), lock, cluster.shards,
                      poll_interval=cluster.lease_ttl)
-    host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat)
+    # Replies appended here are announced too (NOTIFY), so a long poll of the chat waiting
+    # on another node wakes; this node's own outboxes hear the others'.
+    outboxes = _outboxes(gateway.adapters)
+    origin = new_id()
+
+    def outbox_heard(platform: str | None, chat_id: str | None) -> None:
+        for outbox in outboxes:
+            if platform is None:
+                outbox.note_unknown()
+            else:
+                outbox.note_append(platform, chat_id)
+
+    host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat,
+                                on_outbox=outbox_heard if outboxes else None, origin=origin)
     store.announce = lambda key: NotifyShard(host.shard_of(key))
+    store.outbox_notice = lambda op: NotifyOutbox(op.platform, op.chat_id, origin)
     # Adapters that pull from their platform (Telegram) poll only while this node holds
     # their lease; sending through them stays on every node.
     pulls = PullAdapters(pull_adapters(gateway.adapters), gateway.submit,
@@ -84,6 +99,16 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
     log.info("event=cluster_node node=%s shards=%d: each shard is recovered when gained",
              store.node_id, cluster.shards)
     return host
+
+
+def _outboxes(adapters: Any) -> list[Any]:
+    """The outboxes the node's adapters append to (``OutboxAdapter.outbox``), each once."""
+    found: dict[int, Any] = {}
+    for adapter in adapters:
+        outbox = getattr(adapter, "outbox", None)
+        if callable(getattr(outbox, "note_append", None)):
+            found.setdefault(id(outbox), outbox)
+    return list(found.values())
 
 
 class NodeSessions:

@@ -70,6 +70,7 @@ from hermes_actors.store.ops import (
     CreateSession,
     DeleteRouting,
     Op,
+    OutboxAppend,
     PutRouting,
     SetRoutingFlags,
 )
@@ -158,6 +159,9 @@ class StoreCore:
         #: A cluster node's notice of a new inbox row (``session_key -> NotifyShard``),
         #: added to each accept (``None``: not a cluster node).
         self.announce: Callable[[str], Op] | None = None
+        #: A cluster node's notice of an outbox append (``OutboxAppend -> NotifyOutbox``),
+        #: added to each append (``None``: not a cluster node).
+        self.outbox_notice: Callable[[OutboxAppend], Op] | None = None
         #: Routing entries, parsed on first use from the rows the backend holds; the
         #: mirror reuses the stored texts, so writing it never re-serialises an entry.
         self.entries = EntryMap(self._fetch_row, self._fetch_all_rows)

@@ -35,6 +35,7 @@ __all__ = [
     "LedgerPrune",
     "LedgerRecord",
     "NodeValue",
+    "NotifyOutbox",
     "NotifyShard",
     "Op",
     "OutboxAppend",
@@ -266,6 +267,18 @@ class NotifyShard:
     shard: int
 
 
+@dataclass
+class NotifyOutbox:
+    """Tell the other nodes, once the transaction commits, that the outbox of ``platform``'s
+    chat ``chat_id`` has a new row, so that their long polls of that chat wake (PostgreSQL
+    ``NOTIFY``; only a cluster node adds it, next to an ``OutboxAppend``). ``origin`` names
+    the sending node's process, whose own waiters were woken by the append itself."""
+
+    platform: str
+    chat_id: str | None
+    origin: str
+
+
 # -- the node's own state (§7: restart counting, the clean-shutdown marker) ------------------
 
 
@@ -315,5 +328,6 @@ Op = (
     | SetRoutingFlags
     | FenceShard
     | NotifyShard
+    | NotifyOutbox
     | SetSessionRestarts
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_actors.store.core import StoreCore
-from hermes_actors.store.ops import OutboxAppend, OutboxPrune
+from hermes_actors.store.ops import Op, OutboxAppend, OutboxPrune
 from hermes_actors.store.protocol import OUTBOX_COLUMNS
 
 __all__ = ["MAX_READ", "OUTBOX_COLUMNS", "OutboxRecords"]
@@ -45,7 +45,9 @@ class OutboxRecords:
             floor=int(floor),
             in_reply_to=" ".join(in_reply_to) or None,
         )
-        return int(self._core.apply([op])[0])
+        notice = self._core.outbox_notice
+        ops: list[Op] = [op] if notice is None else [op, notice(op)]  # notice: the nodes
+        return int(self._core.apply(ops)[0])
 
     def outbox_read(self, platform: str, chat_id: str | None, after: int = 0,
                     limit: int = 100) -> list[dict[str, Any]]:

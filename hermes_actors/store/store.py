@@ -28,7 +28,7 @@ from hermes_actors.store.deliveries import DeliveryLedger, Owner
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.node import NodeRecords
-from hermes_actors.store.ops import Op
+from hermes_actors.store.ops import Op, OutboxAppend
 from hermes_actors.store.outbox import OutboxRecords
 from hermes_actors.store.protocol import Backend
 from hermes_actors.store.recovery import MarkerVerdict
@@ -158,6 +158,17 @@ class SessionStore:
     @announce.setter
     def announce(self, announce: Callable[[str], Op] | None) -> None:
         self._core.announce = announce
+
+    @property
+    def outbox_notice(self) -> Callable[[OutboxAppend], Op] | None:
+        """A cluster node's notice of an outbox append: ``outbox_notice(append)`` gives the
+        op (``NotifyOutbox``) that every append carries in its transaction, so that long
+        polls of the chat on other nodes wake; ``None`` (the default): nothing more."""
+        return self._core.outbox_notice
+
+    @outbox_notice.setter
+    def outbox_notice(self, notice: Callable[[OutboxAppend], Op] | None) -> None:
+        self._core.outbox_notice = notice
 
     def stored_entries(self, key: str | None = None) -> list[SessionEntry]:
         """The routing entries (every one, or ``key``'s) as the database holds them now,

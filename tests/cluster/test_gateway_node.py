@@ -126,6 +126,49 @@ class TestInboxNotices:
         assert second.cluster.statistics().woken > before
 
 
+class TestOutboxAcrossNodes:
+    """A long poll of the outbox waits on any node: it wakes when the chat's owner, another
+    node, appends the reply (NOTIFY on the outbox channel), not when its ``wait`` ends."""
+
+    def test_a_long_poll_on_another_node_wakes(self, postgres_dsn, tmp_path):
+        import threading
+
+        from hermes_actors.adapters.outbox import Outbox, OutboxAdapter
+
+        gateways, outboxes = [], []
+        try:
+            for n in range(2):
+                outbox = Outbox()
+                gw = Gateway(tmp_path / f"node{n}", _config(postgres_dsn),
+                             adapters=[OutboxAdapter("webhook", outbox)])
+                outbox.bind(lambda gw=gw: gw.store)
+                gw.start()
+                gateways.append(gw)
+                outboxes.append(outbox)
+            _wait_balanced(gateways)
+            owner, other = gateways
+            source = next(SessionSource("webhook", chat_id=str(c)) for c in range(100)
+                          if owner.cluster.serves(owner.store.session_key_for(
+                              SessionSource("webhook", chat_id=str(c)))))
+            owner.submit(MessageEvent(source=source, text="first"))  # the nodes listen now
+            assert [r["text"] for r in outboxes[1].wait("webhook", source.chat_id, 0,
+                                                        timeout=60)] == ["echo: first"]
+            after = outboxes[1].head()
+            result: list = []
+            waiter = threading.Thread(target=lambda: result.append(
+                outboxes[1].wait("webhook", source.chat_id, after, timeout=120)))
+            waiter.start()
+            other.submit(MessageEvent(source=source, text="second"))  # answered by the owner
+            waiter.join(30)  # unheard, the long poll would wait its whole 120 s
+            assert not waiter.is_alive()
+            assert [r["text"] for r in result[0]] == ["echo: second"]
+        finally:
+            for gw in gateways:
+                gw.stop(drain_timeout=5)
+            for outbox in outboxes:
+                outbox.close()
+
+
 class TestPausedInsideAWrite:
     """A node paused inside a write holds its fence's share lock on a lease row; the server
     ends that transaction after ``lease_ttl`` idle (the writer's

@@ -23,6 +23,25 @@ def _row(store: SessionStore, chat_id: str = "42", text: str = "hi", platform: s
                                text=text, kind=kw.get("kind", "reply"), floor=kw.get("floor", 0))
 
 
+class HeldReads:
+    """A store whose first outbox read is held, after it ran, until ``release`` is set
+    (``read`` is set then): what a waiter does between its read and its wait is certain."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+        self.read, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def outbox_read(self, *args, **kwargs):
+        rows = self._store.outbox_read(*args, **kwargs)
+        if not self.read.is_set():
+            self.read.set()
+            self.release.wait(30)
+        return rows
+
+
 @pytest.fixture
 def clock():
     return FakeClock()
@@ -115,22 +134,8 @@ class TestOutboxWaiting:
 
         monkeypatch.setattr(outbox_module, "CHAT_VERSIONS", 1)
         store = SessionStore(tmp_path / "bounded", clock=clock, mirror_interval=None)
-        read, release = threading.Event(), threading.Event()
-
-        class HeldReads:
-            """The store, with the waiter's first read held after it ran."""
-
-            def __getattr__(self, name):
-                return getattr(store, name)
-
-            def outbox_read(self, *args, **kwargs):
-                rows = store.outbox_read(*args, **kwargs)
-                if not read.is_set():
-                    read.set()
-                    release.wait(30)
-                return rows
-
-        held = HeldReads()
+        held = HeldReads(store)
+        read, release = held.read, held.release
         thread = None
         try:
             bounded = Outbox(lambda: held)
@@ -150,6 +155,33 @@ class TestOutboxWaiting:
             release.set()
             if thread is not None:
                 thread.join(130)
+            store.close()
+
+    @pytest.mark.parametrize("told", ["note_unknown", "note_append"])
+    def test_changes_told_by_other_nodes_wake_waiters(self, tmp_path, clock, told):
+        """``note_append`` (another node appended to the chat) and ``note_unknown`` (appends
+        may have gone unheard) after a waiter read make it read again; a row another node
+        appended meanwhile is returned."""
+        store = SessionStore(tmp_path / "told", clock=clock, mirror_interval=None)
+        held = HeldReads(store)
+        outbox = Outbox(lambda: held)
+        thread = None
+        try:
+            thread, result = self._wait_in_thread(outbox, outbox.head())
+            assert held.read.wait(30)  # it read (nothing) and has not waited yet
+            _row(store, text="from another node")  # in the database, unheard here
+            if told == "note_unknown":
+                outbox.note_unknown()
+            else:
+                outbox.note_append("webhook", "42")
+            held.release.set()
+            thread.join(timeout=25)  # unheard, the wait would last its whole 30 s
+            assert not thread.is_alive()
+            assert [r["text"] for r in result[0]] == ["from another node"]
+        finally:
+            held.release.set()
+            if thread is not None:
+                thread.join(40)
             store.close()
 
     def test_rows_present_return_at_once(self, outbox):

@@ -121,3 +121,17 @@ class TestModels:
                 " WHERE table_schema = current_schema() AND table_name = %s"
                 " ORDER BY ordinal_position", (table,))]
             assert columns == [f.column_name for f in model._meta.sorted_fields], table
+
+
+class TestOutboxNotices:
+    """The payload of an outbox append's notice (no server needed)."""
+
+    def test_round_trip(self):
+        for chat in ("42", None, "a\u00e9\"\\\n"):
+            payload = schema.outbox_notice("node-1", "webhook", chat)
+            assert schema.read_outbox_notice(payload) == ("node-1", "webhook", chat)
+
+    @pytest.mark.parametrize("payload", ["", "x", "[]", '["a","b"]', '[1,"b","c"]',
+                                         '["a","b",3]', '{"a":1}', "null"])
+    def test_anything_else_is_not_a_notice(self, payload):
+        assert schema.read_outbox_notice(payload) is None

@@ -13,6 +13,14 @@ One loop (a greenlet under gevent, a thread otherwise) owns the connection: it a
 wanted channels (``LISTEN``/``UNLISTEN``), then waits for notifications up to ``wait``
 seconds, and again. Rejected: one channel for all shards with the shard as payload (every
 node would be woken by every message of the cluster).
+
+The same connection hears outbox appends (with ``on_outbox``): every append a cluster node
+commits carries a ``NotifyOutbox`` op on :data:`~.schema.OUTBOX_CHANNEL` naming its chat,
+and a node passes the notices of other processes to ``on_outbox(platform, chat_id)``, so a
+long poll (``GET /v1/outbox?wait=``, ``/v1/stream``) waiting on any node wakes when the
+chat's owner answers; ``on_outbox(None, None)`` after each new connection (appends may have
+been missed). One channel for all chats: every node hears every reply of the cluster, a
+parse and a dictionary update each, since a long poll may wait on any node.
 """
 
 from __future__ import annotations
@@ -27,7 +35,11 @@ import psycopg
 from hermes_actors._green import spawn
 from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.store.backends.postgres.connection import Server
-from hermes_actors.store.backends.postgres.schema import inbox_channel
+from hermes_actors.store.backends.postgres.schema import (
+    OUTBOX_CHANNEL,
+    inbox_channel,
+    read_outbox_notice,
+)
 
 __all__ = ["InboxNotices"]
 
@@ -39,12 +51,18 @@ _PREFIX = inbox_channel(0)[:-1]
 class InboxNotices:
     """Listens on the inbox channels of the shards :meth:`want` names; calls
     ``on_notice(shard)`` for each notification, ``on_notice(None)`` when rows may have been
-    missed (a new connection, new channels)."""
+    missed (a new connection, new channels). With ``on_outbox``, also on the outbox channel:
+    ``on_outbox(platform, chat_id)`` for each append another process than ``origin`` made,
+    ``on_outbox(None, None)`` after each new connection."""
 
     def __init__(self, dsn: str, on_notice: Callable[[int | None], None], *,
-                 wait: float = 0.5) -> None:
+                 wait: float = 0.5,
+                 on_outbox: Callable[[str | None, str | None], None] | None = None,
+                 origin: str = "") -> None:
         self._server = Server(dsn)
         self._on_notice = on_notice
+        self._on_outbox = on_outbox
+        self._origin = origin
         self._wait = wait
         self._wanted: frozenset[int] = frozenset()
         self._lock = threading.Lock()
@@ -75,6 +93,9 @@ class InboxNotices:
                 try:
                     if conn is None or conn.closed or conn.broken:
                         conn, listening = self._server.connect(), frozenset()
+                        if self._on_outbox is not None:
+                            conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+                            self._on_outbox(None, None)  # appends may have come meanwhile
                     with self._lock:
                         wanted = self._wanted
                     if wanted != listening:
@@ -86,7 +107,10 @@ class InboxNotices:
                         self._on_notice(None)  # rows may have come before the LISTEN
                     for notice in conn.notifies(timeout=self._wait):
                         self.heard += 1
-                        self._on_notice(_shard(notice.channel))
+                        if notice.channel == OUTBOX_CHANNEL:
+                            self._outbox(notice.payload)
+                        else:
+                            self._on_notice(_shard(notice.channel))
                 except (psycopg.Error, StoreUnavailableError) as exc:
                     log.warning("event=cluster_listen_failed error=%s", self._server.scrub(exc))
                     if conn is not None:
@@ -97,6 +121,12 @@ class InboxNotices:
             if conn is not None:
                 conn.close()
             self._finished.set()
+
+
+    def _outbox(self, payload: str) -> None:
+        told = read_outbox_notice(payload)
+        if told is not None and told[0] != self._origin and self._on_outbox is not None:
+            self._on_outbox(told[1], told[2])
 
 
 def _shard(channel: str) -> int | None:

@@ -31,7 +31,11 @@ from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
 from hermes_actors.store.backends.postgres.batch import Batch, Later, Result
 from hermes_actors.store.backends.postgres.models import Delivery, Inbox, sql_of
-from hermes_actors.store.backends.postgres.schema import inbox_channel
+from hermes_actors.store.backends.postgres.schema import (
+    OUTBOX_CHANNEL,
+    inbox_channel,
+    outbox_notice,
+)
 from hermes_actors.store.ops import (
     AcceptEvent,
     AddTokens,
@@ -46,6 +50,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     NodeValue,
+    NotifyOutbox,
     NotifyShard,
     Op,
     OutboxAppend,
@@ -117,6 +122,7 @@ _CONSUME_EVENTS = (
 )
 _FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
 _NOTIFY_SHARD = "SELECT pg_notify(%s, '')"
+_NOTIFY = "SELECT pg_notify(%s, %s)"
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
     " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
@@ -211,6 +217,7 @@ class PostgresOps:
             NodeValue: self._node_value,
             FenceShard: self._fence_shard,
             NotifyShard: self._notify_shard,
+            NotifyOutbox: self._notify_outbox,
             SetSessionRestarts: self._session_restarts,
         }
 
@@ -344,6 +351,9 @@ class PostgresOps:
 
     def _notify_shard(self, batch: Batch, op: NotifyShard) -> None:
         batch.add(_NOTIFY_SHARD, (inbox_channel(int(op.shard)),))
+
+    def _notify_outbox(self, batch: Batch, op: NotifyOutbox) -> None:
+        batch.add(_NOTIFY, (OUTBOX_CHANNEL, outbox_notice(op.origin, op.platform, op.chat_id)))
 
     def _node_value(self, batch: Batch, op: NodeValue) -> None:
         if op.value is None:

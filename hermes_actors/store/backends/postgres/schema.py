@@ -31,6 +31,7 @@ document whose vector exceeds 1 MB, and an append must never fail because of its
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -50,11 +51,14 @@ __all__ = [
     "FTS_VECTOR",
     "LATEST_DDL",
     "MIGRATIONS",
+    "OUTBOX_CHANNEL",
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "applied_version",
     "inbox_channel",
     "migrate",
+    "outbox_notice",
+    "read_outbox_notice",
     "repair_canonical_tables",
     "schema_problems",
 ]
@@ -268,6 +272,29 @@ ADAPTER_LEASES_DDL = """CREATE TABLE IF NOT EXISTS adapter_leases (
 def inbox_channel(shard: int) -> str:
     """The ``LISTEN``/``NOTIFY`` channel of ``shard``'s inbox (a plain identifier)."""
     return f"hermes_inbox_{int(shard)}"
+
+
+#: The ``LISTEN``/``NOTIFY`` channel of outbox appends (every node listens: a long poll of
+#: a chat may wait on any node); the payload names the chat (:func:`outbox_notice`).
+OUTBOX_CHANNEL = "hermes_outbox"
+
+
+def outbox_notice(origin: str, platform: str, chat_id: str | None) -> str:
+    """The payload of an outbox append's notice: who sent it, and the chat."""
+    return json.dumps([origin, platform, chat_id], separators=(",", ":"))
+
+
+def read_outbox_notice(payload: str) -> tuple[str, str, str | None] | None:
+    """``(origin, platform, chat_id)`` of an :func:`outbox_notice` payload, or ``None`` for
+    anything else."""
+    try:
+        origin, platform, chat_id = json.loads(payload)
+    except (ValueError, TypeError):
+        return None
+    if not (isinstance(origin, str) and isinstance(platform, str)
+            and (chat_id is None or isinstance(chat_id, str))):
+        return None
+    return origin, platform, chat_id
 
 
 #: The cluster's tables, in the order the diagnostics list them.
