@@ -23,6 +23,7 @@ from typing import Any
 __all__ = [
     "Progress",
     "RecordingAdapter",
+    "Workers",
     "anon_bytes",
     "closed_loop",
     "make_gateway",
@@ -195,3 +196,28 @@ def closed_loop(gw: Any, adapter: Any, sources: list[Any], messages: int, *,
         ready.put(None)
     adapter.on_sent = None
     return elapsed, notices[0]
+
+
+class Workers:
+    """``count`` daemon threads, each running ``work(index)``, started at once;
+    :meth:`join` waits for all of them and re-raises the first exception one raised."""
+
+    def __init__(self, work: Callable[[int], None], count: int) -> None:
+        self._errors: list[BaseException] = []
+
+        def run(index: int) -> None:
+            try:
+                work(index)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by join()
+                self._errors.append(exc)
+
+        self._threads = [threading.Thread(target=run, args=(i,), daemon=True)
+                         for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        if self._errors:
+            raise self._errors[0]

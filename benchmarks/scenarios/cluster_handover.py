@@ -46,7 +46,7 @@ from benchmarks.fixtures import dm_key
 from benchmarks.nodes import HttpClient, NodeProcess, node_env, sql, until
 from benchmarks.rawpg import build_fixture
 from benchmarks.report import Target, figure
-from benchmarks.util import Progress, scratch_dir
+from benchmarks.util import Progress, Workers, scratch_dir
 
 __all__ = ["run"]
 
@@ -75,9 +75,8 @@ def _post_slow(port: int, chats: list[int]) -> None:
     """``sleep 600`` to each chat, from ``CLIENTS`` keep-alive connections."""
     todo = list(chats)
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
-    def client() -> None:
+    def client(_index: int) -> None:
         conn = HttpClient(port)
         try:
             while True:
@@ -86,18 +85,10 @@ def _post_slow(port: int, chats: list[int]) -> None:
                         return
                     n = todo.pop()
                 conn.post(str(n), SLOW)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
         finally:
             conn.close()
 
-    workers = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
+    Workers(client, CLIENTS).join()
 
 
 def _marked(dsn: str) -> int:

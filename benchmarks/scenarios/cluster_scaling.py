@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import random
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -42,7 +41,7 @@ from benchmarks.fixtures import dm_key
 from benchmarks.nodes import HttpClient, NodeProcess, node_env, process_cpu, sql, until
 from benchmarks.rawpg import build_fixture
 from benchmarks.report import Target, figure
-from benchmarks.util import Progress, scratch_dir
+from benchmarks.util import Progress, Workers, scratch_dir
 
 __all__ = ["run"]
 
@@ -178,23 +177,18 @@ def _paced(config: _Config, sessions: int, rate: float, window: float) -> Any:
     def load() -> tuple[int, float]:
         ports = [n.port for n in config.nodes]
         todo: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
-        errors: list[BaseException] = []
 
-        def sender() -> None:
+        def sender(_index: int) -> None:
             conns = {p: HttpClient(p) for p in ports}
             try:
                 while (item := todo.get()) is not None:
                     chat, port = item
                     conns[port].post(str(chat), f"paced {chat}")
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors.append(exc)
             finally:
                 for c in conns.values():
                     c.close()
 
-        workers = [threading.Thread(target=sender, daemon=True) for _ in range(SENDERS)]
-        for w in workers:
-            w.start()
+        workers = Workers(sender, SENDERS)
         total = int(rate * window)
         rnd = random.Random(1)
         started = time.perf_counter()
@@ -203,12 +197,9 @@ def _paced(config: _Config, sessions: int, rate: float, window: float) -> Any:
             if delay > 0:
                 time.sleep(delay)
             todo.put((rnd.randrange(sessions), rnd.choice(ports)))
-        for _ in workers:
+        for _ in range(SENDERS):
             todo.put(None)
-        for w in workers:
-            w.join()
-        if errors:
-            raise errors[0]
+        workers.join()
         return total, time.perf_counter() - started
 
     return load
@@ -219,9 +210,8 @@ def _warm_up(config: _Config, sessions: int) -> Any:
     def load() -> tuple[int, float]:
         started = time.perf_counter()
         todo = list(range(sessions))
-        errors: list[BaseException] = []
 
-        def sender() -> None:
+        def sender(_index: int) -> None:
             conns: dict[int, HttpClient] = {}
             try:
                 while todo:
@@ -229,19 +219,11 @@ def _warm_up(config: _Config, sessions: int) -> Any:
                     port = config.owner[chat]
                     conn = conns.setdefault(port, HttpClient(port))
                     conn.post(str(chat), f"warm-up {chat}")
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors.append(exc)
             finally:
                 for c in conns.values():
                     c.close()
 
-        workers = [threading.Thread(target=sender, daemon=True) for _ in range(SENDERS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        if errors:
-            raise errors[0]
+        Workers(sender, SENDERS).join()
         return sessions, time.perf_counter() - started
 
     return load
@@ -252,7 +234,6 @@ def _closed(config: _Config, sessions: int, window: float) -> Any:
         ports = [n.port for n in config.nodes]
         stop_at = time.perf_counter() + window
         counts = [0] * CLIENTS
-        errors: list[BaseException] = []
 
         def client(k: int) -> None:
             conns = {p: HttpClient(p) for p in ports}
@@ -275,21 +256,12 @@ def _closed(config: _Config, sessions: int, window: float) -> Any:
                             break
                     cursors[chat] = after
                     counts[k] += 1
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors.append(exc)
             finally:
                 for c in conns.values():
                     c.close()
 
         started = time.perf_counter()
-        workers = [threading.Thread(target=client, args=(k,), daemon=True)
-                   for k in range(CLIENTS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        if errors:
-            raise errors[0]
+        Workers(client, CLIENTS).join()
         return sum(counts), time.perf_counter() - started
 
     return load
