@@ -90,24 +90,33 @@ _ACQUIRE = (
     f" UPDATE shard_leases AS l SET owner = %(me)s, epoch = l.epoch + 1, acquired_at = {_NOW},"
     f" expires_at = {_NOW} + %(ttl)s FROM due WHERE l.shard = due.shard"
     " RETURNING l.shard, l.epoch, l.expires_at")
-#: The caller's own tenures (shard -> epoch pairs), locked in shard order.
-_TENURES = (
-    "WITH due AS (SELECT l.shard FROM shard_leases AS l"
-    " JOIN unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h (shard, epoch)"
-    " ON l.shard = h.shard AND l.epoch = h.epoch WHERE l.owner = %(me)s{condition}"
-    " ORDER BY l.shard FOR {lock} OF l)")
-#: Only the caller's own tenure (owner and epoch), and only while it has not expired. The
-#: tenure stays as it is, so the lock is ``NO KEY UPDATE``: it does not wait for the node's
-#: writes in flight, whose fence holds the rows ``FOR KEY SHARE`` (``cluster_fence``).
-_RENEW = (
-    _TENURES.format(condition=f" AND l.expires_at >= {_NOW}", lock="NO KEY UPDATE")
-    + f" UPDATE shard_leases AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
-    " WHERE l.shard = due.shard RETURNING l.shard, l.expires_at")
-#: The tenure ends: ``FOR UPDATE`` waits for the writes still in flight under it.
-_RELEASE = (
-    _TENURES.format(condition="", lock="UPDATE")
-    + " UPDATE shard_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
-    " FROM due WHERE l.shard = due.shard RETURNING l.shard")
+
+
+def _tenure_statements(table: str, key: str, key_type: str, keys: str) -> tuple[str, str]:
+    """The renewal and the release of the caller's own tenures of ``table`` (rows named by
+    ``key``; the parameters ``keys`` and ``epochs`` pair them), its rows locked in ``key``
+    order.
+
+    The renewal touches only the caller's own tenure (owner and epoch), and only while it
+    has not expired. The tenure stays as it is, so the lock is ``NO KEY UPDATE``: it does
+    not wait for the node's writes in flight, whose fence holds the rows ``FOR KEY SHARE``
+    (``cluster_fence``). The release ends the tenure: ``FOR UPDATE`` waits for the writes
+    still in flight under it."""
+    tenures = (
+        f"WITH due AS (SELECT l.{key} FROM {table} AS l"
+        f" JOIN unnest(%({keys})s::{key_type}[], %(epochs)s::bigint[]) AS h ({key}, epoch)"
+        f" ON l.{key} = h.{key} AND l.epoch = h.epoch WHERE l.owner = %(me)s{{condition}}"
+        f" ORDER BY l.{key} FOR {{lock}} OF l)")
+    renew = (tenures.format(condition=f" AND l.expires_at >= {_NOW}", lock="NO KEY UPDATE")
+             + f" UPDATE {table} AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
+             f" WHERE l.{key} = due.{key} RETURNING l.{key}, l.expires_at")
+    release = (tenures.format(condition="", lock="UPDATE")
+               + f" UPDATE {table} AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
+               f" FROM due WHERE l.{key} = due.{key} RETURNING l.{key}")
+    return renew, release
+
+
+_RENEW, _RELEASE = _tenure_statements("shard_leases", "shard", "integer", "shards")
 #: The pull adapters' leases (``adapter_leases``, migration 5), one row per adapter name,
 #: with the rules of the shards' leases. Acquiring is an upsert: the row is created taken
 #: when no node asked for the adapter before; otherwise PostgreSQL locks the existing row
@@ -127,20 +136,9 @@ _ADAPTER_ACQUIRE = (
     " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"
     f" WHERE l.owner IS NULL OR l.expires_at < {_NOW} OR l.owner = %(me)s"
     " RETURNING l.name, l.epoch, l.expires_at")
-#: The caller's own adapter tenures (name -> epoch pairs), locked in name order.
-_ADAPTER_TENURES = (
-    "WITH due AS (SELECT l.name FROM adapter_leases AS l"
-    " JOIN unnest(%(names)s::text[], %(epochs)s::bigint[]) AS h (name, epoch)"
-    " ON l.name = h.name AND l.epoch = h.epoch WHERE l.owner = %(me)s{condition}"
-    " ORDER BY l.name FOR {lock} OF l)")
-_ADAPTER_RENEW = (
-    _ADAPTER_TENURES.format(condition=f" AND l.expires_at >= {_NOW}", lock="NO KEY UPDATE")
-    + f" UPDATE adapter_leases AS l SET expires_at = {_NOW} + %(ttl)s FROM due"
-    " WHERE l.name = due.name RETURNING l.name, l.expires_at")
-_ADAPTER_RELEASE = (
-    _ADAPTER_TENURES.format(condition="", lock="UPDATE")
-    + " UPDATE adapter_leases AS l SET owner = NULL, expires_at = NULL, acquired_at = NULL"
-    " FROM due WHERE l.name = due.name RETURNING l.name")
+#: The caller's own adapter tenures, renewed and released as the shards' are.
+_ADAPTER_RENEW, _ADAPTER_RELEASE = _tenure_statements("adapter_leases", "name", "text",
+                                                      "names")
 _HAS_ADAPTER_LEASES = "SELECT to_regclass('adapter_leases') IS NOT NULL"
 _ADAPTER_LEASES = ("SELECT name, owner, epoch, expires_at, acquired_at FROM adapter_leases"
                    " ORDER BY name")
