@@ -132,3 +132,13 @@ def postgres_dsn(postgres_server) -> str:
     """The DSN of a fresh, empty database, dropped after the test."""
     with postgres_server.database() as dsn:
         yield dsn
+
+
+@pytest.fixture
+def bot_api():
+    """A running fake Telegram Bot API server on loopback, closed after the test."""
+    from telegram_adapter.fake_bot_api import FakeBotApi
+
+    api = FakeBotApi()
+    yield api
+    api.close()

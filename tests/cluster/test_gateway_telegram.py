@@ -31,13 +31,6 @@ def _config(dsn: str):
 
 
 @pytest.fixture
-def bot_api():
-    api = FakeBotApi()
-    yield api
-    api.close()
-
-
-@pytest.fixture
 def nodes(postgres_dsn, tmp_path, bot_api):
     """``nodes(n)`` starts ``n`` gateways, each with a Telegram adapter of its own for the
     one bot; all are stopped after the test."""

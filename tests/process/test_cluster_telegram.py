@@ -37,13 +37,6 @@ def _lease(dsn: str) -> tuple[str | None, int] | None:
 
 
 @pytest.fixture
-def bot_api():
-    api = FakeBotApi()
-    yield api
-    api.close()
-
-
-@pytest.fixture
 def telegram_pair(postgres_dsn, tmp_path, bot_api):
     nodes: list[GatewayProcess] = []
     for n in range(2):
