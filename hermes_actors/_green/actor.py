@@ -15,7 +15,7 @@ from typing import Any
 
 import pykka
 
-from hermes_actors._green import gevent_threading_patched
+from hermes_actors._green import gevent_threading_patched, spawn
 
 __all__ = ["GreenFuture", "LightActor"]
 
@@ -91,8 +91,6 @@ class LightActor(pykka.ThreadingActor):
 
     def _start_actor_loop(self) -> None:
         if gevent_threading_patched():
-            import gevent
-
-            gevent.spawn(self._actor_loop)
+            spawn(self._actor_loop, "actor")
         else:
             super()._start_actor_loop()

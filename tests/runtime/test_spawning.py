@@ -75,3 +75,54 @@ def test_without_gevent_it_is_a_threading_actor():
         assert future.get(timeout=5) == "x"
     finally:
         ref.stop()
+
+
+POOL_CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from gevent.event import Event
+from hermes_actors._green import _GreenletPool
+
+pool = _GreenletPool(max_idle=2)
+seen, done = [], Event()
+
+def work(tag):
+    def run():
+        seen.append((tag, gevent.getcurrent()))
+        if tag == "boom":
+            raise ValueError("boom")
+        if tag == "last":
+            done.set()
+    return run
+
+pool.run(work("a"))
+gevent.sleep(0)
+assert len(pool._idle) == 1, "a finished worker parks"
+pool.run(work("b"))
+gevent.sleep(0)
+assert seen[0][1] is seen[1][1], "the next work runs in the parked worker"
+errors = []
+gevent.get_hub().handle_error = lambda ctx, t, v, tb: errors.append(v)
+pool.run(work("boom"))
+gevent.sleep(0)
+assert [str(e) for e in errors] == ["boom"], "a failing work is reported"
+assert len(pool._idle) == 1, "and its worker goes on"
+blockers = [Event() for _ in range(4)]
+for ev in blockers:
+    pool.run(ev.wait)
+gevent.sleep(0)
+for ev in blockers:
+    ev.set()
+gevent.sleep(0.01)
+assert len(pool._idle) == 2, "at most max_idle workers stay parked"
+pool.run(work("last"))
+assert done.wait(5)
+print("ok")
+"""
+
+
+def test_greenlet_pool_reuses_finished_workers():
+    out = subprocess.run([sys.executable, "-c", POOL_CHILD], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
