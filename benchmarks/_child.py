@@ -7,9 +7,9 @@ progress goes to stderr. A scenario that detects a broken invariant (FIFO order,
 messages) raises, and the child exits 1 with the reason on stderr.
 """
 
-from gevent import monkey
+from hermes_actors._green.monkey import patch_all
 
-monkey.patch_all()
+patch_all()
 
 import argparse  # noqa: E402 - after patching, on purpose
 import importlib  # noqa: E402

@@ -11,9 +11,9 @@ import time
 
 _T0 = time.perf_counter()
 
-from gevent import monkey  # noqa: E402
+from hermes_actors._green.monkey import patch_all  # noqa: E402
 
-monkey.patch_all()
+patch_all()
 
 import json  # noqa: E402
 import os  # noqa: E402

@@ -74,9 +74,9 @@ class Subcommand:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``: patch gevent first, then start the standalone gateway."""
-    from gevent import monkey
+    from hermes_actors._green.monkey import patch_all
 
-    monkey.patch_all()
+    patch_all()
     from hermes_actors.process.commands import run_command
 
     return run_command(args)

@@ -5,7 +5,9 @@ whether gevent has monkey-patched ``threading`` (:func:`gevent_threading_patched
 to take (:func:`new_rlock`), how to start work (:func:`spawn`), how to yield (:func:`let_others_run`), and how to keep blocking file
 I/O from stalling the hub (:func:`off_the_hub`). The light actor and its future, the same
 choice for pykka, are in :mod:`hermes_actors._green.actor` (kept apart: the database writer
-process imports this module and must not pay for pykka).
+process imports this module and must not pay for pykka), and the patching itself, for the
+processes that run under gevent, in :func:`hermes_actors._green.monkey.patch_all`. Nothing
+here imports ``threading`` at import time, so that function can be imported before it patches.
 
 Why the runtime needs to know at all: under ``gevent.monkey.patch_all()`` a
 ``threading.Thread`` is a greenlet wrapped in a thread object whose ``start()`` waits for a
@@ -18,7 +20,6 @@ Rejected: a gevent module of pykka (pykka 4 has none), and patching pykka's inte
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,8 @@ def new_rlock() -> Any:
         from gevent.lock import RLock
 
         return RLock()
+    import threading
+
     return threading.RLock()
 
 
@@ -72,6 +75,8 @@ def spawn(fn: Callable[[], Any], name: str) -> None:
     if gevent_threading_patched():
         _POOL.run(fn)
     else:
+        import threading
+
         threading.Thread(target=fn, name=name, daemon=True).start()
 
 

@@ -126,3 +126,64 @@ def test_greenlet_pool_reuses_finished_workers():
     out = subprocess.run([sys.executable, "-c", POOL_CHILD], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+PATCH_CHILD = r"""
+import sys
+from importlib import metadata
+real = metadata.entry_points
+asked = []
+
+def recording(**params):
+    asked.append(params)
+    return real(**params)
+
+metadata.entry_points = recording
+from hermes_actors._green.monkey import patch_all
+assert "threading" not in sys.modules or "gevent" not in sys.modules
+patch_all()
+assert metadata.entry_points is recording, "the caller's entry_points is put back"
+assert len(asked) == 1, f"the metadata is read once, not {len(asked)} times"
+from gevent import monkey
+assert monkey.is_module_patched("threading") and monkey.is_module_patched("socket")
+print("ok")
+"""
+
+
+def test_patch_all_reads_the_entry_points_once():
+    out = subprocess.run([sys.executable, "-c", PATCH_CHILD], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+LOADED_CHILD = r"""
+import sys
+from importlib import metadata
+loaded = []
+real_load = metadata.EntryPoint.load
+
+def load(self):
+    loaded.append((self.group, self.value))
+    return real_load(self)
+
+metadata.EntryPoint.load = load
+if sys.argv[1] == "ours":
+    from hermes_actors._green.monkey import patch_all
+    patch_all()
+else:
+    from gevent import monkey
+    monkey.patch_all()
+print(sorted(loaded))
+"""
+
+
+def test_patch_all_loads_the_plugins_gevent_would():
+    def loaded(which: str) -> str:
+        out = subprocess.run([sys.executable, "-c", LOADED_CHILD, which], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    ours = loaded("ours")
+    assert "gevent.plugins.monkey" in ours  # gevent's own plugin, at least
+    assert ours == loaded("gevent")
