@@ -19,6 +19,7 @@ Rejected: a gevent module of pykka (pykka 4 has none), and patching pykka's inte
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -90,9 +91,10 @@ class _GreenletPool:
     the allocations trigger on top. A finished worker therefore parks (at most
     :attr:`max_idle` of them, the rest end) and the next ``spawn`` hands it its work.
 
-    Only the hub's thread spawns here (under gevent the runtime's threads are greenlets of
-    one hub), and work must not leave greenlet-local state behind (none in this package
-    does: it keeps no ``threading.local``).
+    Each work runs in a fresh, empty ``contextvars`` context, as in a fresh greenlet.
+    ``threading.local`` values (greenlet-local under gevent) stay with the worker, as they
+    stay with a thread of a thread pool; nothing in this package keeps any. Only the hub's
+    thread spawns here (under gevent the runtime's threads are greenlets of one hub).
     """
 
     def __init__(self, max_idle: int = 128) -> None:
@@ -117,7 +119,7 @@ class _GreenletPool:
         del work
         while fn is not None:
             try:
-                fn()
+                contextvars.Context().run(fn)
             except Exception:  # noqa: BLE001 - reported as gevent reports a greenlet's
                 hub.handle_error(me, *sys.exc_info())
             fn = None  # drop the work's references while parked

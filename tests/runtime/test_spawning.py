@@ -116,6 +116,14 @@ for ev in blockers:
     ev.set()
 gevent.sleep(0.01)
 assert len(pool._idle) == 2, "at most max_idle workers stay parked"
+import contextvars
+var = contextvars.ContextVar("var", default="unset")
+values = []
+pool.run(lambda: var.set("left behind"))
+gevent.sleep(0)
+pool.run(lambda: values.append(var.get()))
+gevent.sleep(0)
+assert values == ["unset"], "every work starts in an empty context, as in a fresh greenlet"
 pool.run(work("last"))
 assert done.wait(5)
 print("ok")
