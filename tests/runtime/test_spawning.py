@@ -13,6 +13,14 @@ import pykka
 
 from hermes_actors._green.actor import LightActor
 
+
+def child_output(code: str, *args: str) -> str:
+    """What ``python -c code args`` prints (a fresh process: gevent patches for good)."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
 CHILD = r"""
 from gevent import monkey
 monkey.patch_all()
@@ -58,9 +66,7 @@ print("ok")
 
 
 def test_under_gevent():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                         timeout=60)
-    assert out.stdout.strip() == "ok", out.stderr
+    assert child_output(CHILD) == "ok"
 
 
 def test_without_gevent_it_is_a_threading_actor():
@@ -131,9 +137,7 @@ print("ok")
 
 
 def test_greenlet_pool_reuses_finished_workers():
-    out = subprocess.run([sys.executable, "-c", POOL_CHILD], capture_output=True, text=True,
-                         timeout=60)
-    assert out.stdout.strip() == "ok", out.stderr
+    assert child_output(POOL_CHILD) == "ok"
 
 
 PATCH_CHILD = r"""
@@ -159,9 +163,7 @@ print("ok")
 
 
 def test_patch_all_reads_the_entry_points_once():
-    out = subprocess.run([sys.executable, "-c", PATCH_CHILD], capture_output=True, text=True,
-                         timeout=60)
-    assert out.stdout.strip() == "ok", out.stderr
+    assert child_output(PATCH_CHILD) == "ok"
 
 
 LOADED_CHILD = r"""
@@ -186,12 +188,6 @@ print(sorted(loaded))
 
 
 def test_patch_all_loads_the_plugins_gevent_would():
-    def loaded(which: str) -> str:
-        out = subprocess.run([sys.executable, "-c", LOADED_CHILD, which], capture_output=True,
-                             text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
-
-    ours = loaded("ours")
+    ours = child_output(LOADED_CHILD, "ours")
     assert "gevent.plugins.monkey" in ours  # gevent's own plugin, at least
-    assert ours == loaded("gevent")
+    assert ours == child_output(LOADED_CHILD, "gevent")
