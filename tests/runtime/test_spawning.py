@@ -142,6 +142,8 @@ def test_greenlet_pool_reuses_finished_workers():
 
 PATCH_CHILD = r"""
 import sys
+from hermes_actors._green.monkey import patch_all
+assert "threading" not in sys.modules, "nothing is imported that patching must come before"
 from importlib import metadata
 real = metadata.entry_points
 asked = []
@@ -151,8 +153,6 @@ def recording(**params):
     return real(**params)
 
 metadata.entry_points = recording
-from hermes_actors._green.monkey import patch_all
-assert "threading" not in sys.modules or "gevent" not in sys.modules
 patch_all()
 assert metadata.entry_points is recording, "the caller's entry_points is put back"
 assert len(asked) == 1, f"the metadata is read once, not {len(asked)} times"
