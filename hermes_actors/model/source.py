@@ -84,13 +84,9 @@ class SessionSource:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in field order; ``None`` fields are omitted."""
-        out: dict[str, Any] = {}
-        for name in _FIELD_NAMES:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            out[name] = value
-        return out
+        # the instance dict holds exactly the fields, in field order (__init__ sets them in
+        # that order and __post_init__ only replaces values): one pass, no getattr a field
+        return {name: value for name, value in self.__dict__.items() if value is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSource:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
+from hermes_actors._green import brief_lock
+
 __all__ = ["ActivityTracker"]
 
 
@@ -18,12 +20,12 @@ class ActivityTracker:
     """A counter with an idle event: ``add``, ``done``, ``wait_idle``.
 
     Units are taken and released several times per turn, so the count is kept under a
-    plain lock and waiters wait on an event set at zero (a ``Condition`` costs a re-entrant
+    brief lock (:func:`~hermes_actors._green.brief_lock`) and waiters wait on an event set at zero (a ``Condition`` costs a re-entrant
     lock in pure Python per use under gevent).
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = brief_lock()
         self._idle = threading.Event()
         self._idle.set()
         self._count = 0

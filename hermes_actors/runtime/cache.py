@@ -210,11 +210,12 @@ class AgentCacheActor(LightActor):
         ``on_done()`` is called at the end, evictions included (a turn sends its checkin
         without waiting and counts it as outstanding work until then).
         """
-        try:
-            self._checkin(session_key, session_id, agent, persisted)
-        finally:
-            if on_done is not None:
-                self._errands.run(on_done)
+        with self._errands.together():
+            try:
+                self._checkin(session_key, session_id, agent, persisted)
+            finally:
+                if on_done is not None:
+                    self._errands.run(on_done)
 
     def _checkin(self, session_key: str, session_id: str, agent: Any,
                  persisted: bool | None) -> None:

@@ -9,8 +9,9 @@ the number of sessions. Increments take a plain lock; they are a few per message
 from __future__ import annotations
 
 import bisect
-import threading
 from typing import NamedTuple
+
+from hermes_actors._green import brief_lock
 
 __all__ = [
     "REFUSAL_REASONS",
@@ -45,7 +46,7 @@ class IngressCounters:
     """Counts accepted and refused messages (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = brief_lock()
         self._accepted = 0
         self._refused = dict.fromkeys(REFUSAL_REASONS, 0)
 
@@ -84,7 +85,7 @@ class TurnCounters:
     """Counts finished turns by status and their durations (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = brief_lock()
         self._by_status: dict[str, int] = {}
         self._buckets = [0] * (len(TURN_DURATION_BUCKETS) + 1)
         self._sum = 0.0
@@ -113,7 +114,7 @@ class QueueGauge:
     the change of its own ``queue_depth`` after every message it handles."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = brief_lock()
         self._total = 0
 
     def add(self, delta: int) -> None:

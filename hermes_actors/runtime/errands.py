@@ -10,7 +10,8 @@ errands are done hands over a completion callback as the last errand.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hermes_actors._green.actor import LightActor
@@ -22,7 +23,10 @@ class _Worker(LightActor):
     use_daemon_thread = True
 
     def on_receive(self, message: Any) -> Any:
-        if message is not None:
+        if type(message) is list:  # errands handed over together
+            for errand in message:
+                errand()
+        elif message is not None:
             message()
         return None
 
@@ -32,11 +36,34 @@ class Errands:
 
     def __init__(self) -> None:
         self._ref = _Worker.start()
+        self._held: list[Callable[[], Any]] | None = None
 
     def run(self, errand: Callable[[], Any]) -> None:
         """Run ``errand()`` after every errand handed over before it (it must not raise:
         wrap agent code in ``call_agent``)."""
-        self._ref.tell(errand)
+        if self._held is not None:
+            self._held.append(errand)
+        else:
+            self._ref.tell(errand)
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The errands handed over inside this block go to the worker as one message when
+        it ends, in their order (a checkin's eviction and its completion callback: one
+        message to the worker instead of two). For the owning actor's own use."""
+        if self._held is not None:  # nested: the outer block sends
+            yield
+            return
+        held: list[Callable[[], Any]] = []
+        self._held = held
+        try:
+            yield
+        finally:
+            self._held = None
+            if len(held) == 1:
+                self._ref.tell(held[0])
+            elif held:
+                self._ref.tell(held)
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait until every errand handed over so far has run."""

@@ -158,32 +158,40 @@ class SessionActor(LightActor):
     # -- effects --------------------------------------------------------------------------
 
     def _carry_out(self, effect: Any) -> None:
-        services = self._s
-        if isinstance(effect, Notify):
-            self._notify(effect.event, effect.text, effect.consume)
-        elif isinstance(effect, Consume):
-            services.store.consume_events(list(effect.event_ids), effect.reason)
-        elif isinstance(effect, StartTurn):
-            self._start_turn(effect)
-        elif isinstance(effect, Interrupt):
-            if self._turn is not None:
-                self._turn.interrupt(effect.reason)
-        elif isinstance(effect, CancelDelegations):
-            services.delegations.cancel(self.session_key)
-        elif isinstance(effect, ResetSession):
-            self._in_worker(lambda: self._reset(effect), "reset")
-        elif isinstance(effect, AnswerStatus):
-            self._in_worker(lambda: self._answer_status(effect), "status")
-        elif isinstance(effect, Refuse):
-            pass  # the sender answers its client and withdraws the event
-        elif isinstance(effect, Warn):
-            log.warning("%s", effect.text)
-        elif isinstance(effect, TurnFinished):
-            services.turn_counters.finished(effect.status, effect.seconds)
-            log.debug("turn finished session_key=%s status=%s seconds=%.3f",
-                      self.session_key, effect.status, effect.seconds)
-        else:  # pragma: no cover - every effect type is handled above
+        handler = _EFFECT_HANDLERS.get(type(effect))
+        if handler is None:  # pragma: no cover - every effect type has a handler below
             raise TypeError(f"unknown effect {effect!r}")
+        handler(self, effect)
+
+    def _on_notify(self, effect: Notify) -> None:
+        self._notify(effect.event, effect.text, effect.consume)
+
+    def _on_consume(self, effect: Consume) -> None:
+        self._s.store.consume_events(list(effect.event_ids), effect.reason)
+
+    def _on_interrupt(self, effect: Interrupt) -> None:
+        if self._turn is not None:
+            self._turn.interrupt(effect.reason)
+
+    def _on_cancel_delegations(self, effect: CancelDelegations) -> None:
+        self._s.delegations.cancel(self.session_key)
+
+    def _on_reset_session(self, effect: ResetSession) -> None:
+        self._in_worker(lambda: self._reset(effect), "reset")
+
+    def _on_answer_status(self, effect: AnswerStatus) -> None:
+        self._in_worker(lambda: self._answer_status(effect), "status")
+
+    def _on_refuse(self, effect: Refuse) -> None:
+        pass  # the sender answers its client and withdraws the event
+
+    def _on_warn(self, effect: Warn) -> None:
+        log.warning("%s", effect.text)
+
+    def _on_turn_finished(self, effect: TurnFinished) -> None:
+        self._s.turn_counters.finished(effect.status, effect.seconds)
+        log.debug("turn finished session_key=%s status=%s seconds=%.3f",
+                  self.session_key, effect.status, effect.seconds)
 
     def _start_turn(self, start: StartTurn) -> None:
         turn = RunningTurn(start.turn_id, start.item, started=self._s.clock.monotonic())
@@ -298,6 +306,22 @@ class SessionActor(LightActor):
         if self._holding:
             self._holding = False
             self._s.tracker.done()
+
+
+#: What the actor does for each effect record of the core (``Retire`` is handled by
+#: ``_dispatch`` itself): one lookup by type instead of a chain of ``isinstance`` tests.
+_EFFECT_HANDLERS: dict[type, Any] = {
+    Notify: SessionActor._on_notify,
+    Consume: SessionActor._on_consume,
+    StartTurn: SessionActor._start_turn,
+    Interrupt: SessionActor._on_interrupt,
+    CancelDelegations: SessionActor._on_cancel_delegations,
+    ResetSession: SessionActor._on_reset_session,
+    AnswerStatus: SessionActor._on_answer_status,
+    Refuse: SessionActor._on_refuse,
+    Warn: SessionActor._on_warn,
+    TurnFinished: SessionActor._on_turn_finished,
+}
 
 
 def format_duration(seconds: float) -> str:

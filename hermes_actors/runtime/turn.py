@@ -17,6 +17,7 @@ from typing import Any
 
 import pykka
 
+from hermes_actors._green import brief_lock
 from hermes_actors.agents.base import TurnRequest, TurnResult
 from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.model.context import build_session_context, build_session_context_prompt
@@ -67,7 +68,7 @@ class RunningTurn:
     #: Set once the turn's answer is recorded: interrupting it would change nothing.
     settled: bool = False
     agent: Any = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Any = field(default_factory=brief_lock)
 
     def interrupt(self, reason: str | None) -> None:
         """Ask the turn to stop; safe before the agent is attached."""

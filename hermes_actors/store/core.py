@@ -43,7 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermes_actors._green import new_rlock, spawn
+from hermes_actors._green import brief_lock, new_rlock, spawn
 from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.errors import (
     FencedError,
@@ -149,7 +149,7 @@ class StoreCore:
         self.config = config
         self.clock = clock or SystemClock()
         self._stripes = [new_rlock() for _ in range(_STRIPES)]
-        self._map_lock = threading.Lock()
+        self._map_lock = brief_lock()
         self._switch_lock = threading.Lock()
         #: The failure that began an outage of a database server (``None``: no outage).
         self.outage: BaseException | None = None

@@ -16,10 +16,9 @@ read or parse that raced it, because the backend is never older than memory.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from hermes_actors._green import let_others_run
+from hermes_actors._green import brief_lock, let_others_run
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.store.routing import (
     RoutingFlags,
@@ -77,7 +76,7 @@ class EntryMap:
                  fetch_all: Callable[[], Iterable[RoutingRow]] = tuple) -> None:
         self._fetch = fetch
         self._fetch_all = fetch_all
-        self._lock = threading.Lock()
+        self._lock = brief_lock()
         self._keys: dict[str, None] = {}  # insertion-ordered set
         self._rows: dict[str, Stored] = {}
         self._parsed: dict[str, SessionEntry] = {}

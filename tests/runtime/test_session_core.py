@@ -276,3 +276,11 @@ class TestEveryEventIsHandled:
             h.idle()
         assert h.gw.store.pending_inbox() == []
         assert any("neither queued nor answered" in r.getMessage() for r in caplog.records)
+
+    def test_the_actor_carries_out_every_effect_the_core_can_decide(self):
+        # An effect type without a handler would fail the message it came from at run time.
+        import typing
+
+        from hermes_actors.runtime.session_actor import _EFFECT_HANDLERS
+
+        assert set(_EFFECT_HANDLERS) | {Retire} == set(typing.get_args(session_core.Effect))

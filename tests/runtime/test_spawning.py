@@ -191,3 +191,45 @@ def test_patch_all_loads_the_plugins_gevent_would():
     ours = child_output(LOADED_CHILD, "ours")
     assert "gevent.plugins.monkey" in ours  # gevent's own plugin, at least
     assert ours == child_output(LOADED_CHILD, "gevent")
+
+
+BRIEF_LOCK_CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import threading
+import gevent
+from hermes_actors._green import brief_lock
+
+lock = brief_lock()
+native = monkey.get_original("_thread", "LockType")
+assert type(lock) is native, f"a native lock under gevent, not {type(lock).__name__}"
+assert type(threading.Lock()) is not native, "(gevent patched threading.Lock)"
+# A native thread of the hub's pool holds it for a moment: the hub waits in C, then has it.
+held = monkey.get_original("_thread", "allocate_lock")()
+held.acquire()
+order = []
+
+def in_pool():
+    with lock:
+        held.release()
+        order.append("pool")
+
+gevent.get_hub().threadpool.spawn(in_pool)
+held.acquire()  # the pool's thread is inside the section now
+with lock:
+    order.append("hub")
+assert order == ["pool", "hub"], order
+print("ok")
+"""
+
+
+def test_brief_lock_is_the_native_lock_under_gevent():
+    assert child_output(BRIEF_LOCK_CHILD) == "ok"
+
+
+def test_brief_lock_without_gevent_is_a_threading_lock():
+    import threading
+
+    from hermes_actors._green import brief_lock
+
+    assert type(brief_lock()) is type(threading.Lock())

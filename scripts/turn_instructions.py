@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Instructions per turn of the gateway process: a side-by-side measure that the VM's
+drifting speed does not blur.
+
+On the VMs this project runs on, the CPU a turn costs drifts by a quarter from one minute
+to the next for the same code (the database writer's own CPU per turn, whose work does not
+change, drifts with it), so a change of 2-5 % cannot be told apart by timing, even pair by
+pair. Instruction counts do not drift. valgrind's callgrind counts what the gateway process
+executes (its database writer child runs natively, uncounted) in the throughput scenario's
+closed loop at two sizes; the difference divided by the difference in turns is one turn,
+free of start-up and shutdown::
+
+    python scripts/turn_instructions.py                  # this checkout
+    python scripts/turn_instructions.py ../old-checkout  # and another one, same venv
+
+Each size runs 30-100 s under callgrind. Needs ``valgrind`` on the PATH (a system package,
+not a Python one). Under callgrind the gateway is ~50x slower than the writer, so frames
+carry fewer op lists than in a timed run: compare trees with this, not with the timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The child: the throughput scenario's ``runtime_turns`` under gevent, ``sessions`` x 3.
+CHILD = """
+import sys, tempfile, pathlib
+from hermes_actors._green.monkey import patch_all
+patch_all()
+from benchmarks.scenarios.throughput import runtime_turns
+from benchmarks.util import Progress
+with tempfile.TemporaryDirectory() as home:
+    runtime_turns(pathlib.Path(home) / "h", int(sys.argv[1]), 3, Progress("turns"))
+"""
+MESSAGES = 3
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
+    """Instructions of one turn from two runs' ``(turns, instructions)``."""
+    (turns_a, ir_a), (turns_b, ir_b) = small, large
+    if turns_b <= turns_a:
+        raise ValueError("the second run must have more turns than the first")
+    return (ir_b - ir_a) / (turns_b - turns_a)
+
+
+def count(tree: Path, sessions: int) -> int:
+    """Instructions the gateway process of ``tree`` executes for ``sessions`` x 3 turns."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_actors"),
+                    str(tree / "benchmarks")], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    with tempfile.TemporaryDirectory() as scratch:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/cg.out",
+             sys.executable, "-c", CHILD, str(sessions)],
+            env=env, capture_output=True, text=True)
+    found = _COLLECTED.search(out.stderr)
+    if out.returncode != 0 or found is None:
+        tail = "\n".join(out.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"the run under callgrind failed (exit {out.returncode}):\n{tail}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trees", nargs="*", type=Path,
+                        help="more checkouts to measure after this one (same interpreter)")
+    parser.add_argument("--sessions", type=int, nargs=2, default=(1000, 3000),
+                        metavar=("SMALL", "LARGE"), help="the two sizes (default 1000 3000)")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("turn_instructions: valgrind is not installed (apt install valgrind)",
+              file=sys.stderr)
+        return 2
+    small, large = args.sessions
+    if not 0 < small < large:
+        parser.error("--sessions: SMALL must be positive and below LARGE")
+    trees = [ROOT, *args.trees]
+    for tree in trees:
+        if not (tree / "hermes_actors").is_dir() or not (tree / "benchmarks").is_dir():
+            parser.error(f"{tree} is not a checkout of this project")
+    rows = []
+    for tree in trees:
+        runs = []
+        for sessions in (small, large):
+            print(f"{tree}: {sessions:,} sessions x {MESSAGES} under callgrind ...",
+                  file=sys.stderr, flush=True)
+            runs.append((sessions * MESSAGES, count(tree, sessions)))
+        rows.append((tree, per_turn(runs[0], runs[1])))
+    base = rows[0][1]
+    print(f"{'tree':<40} {'instructions/turn':>18} {'vs first':>9}")
+    for tree, value in rows:
+        print(f"{str(tree):<40} {value:>18,.0f} {value / base:>9.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
