@@ -2,8 +2,9 @@
 
 Everything in the runtime and the store that depends on *how* it runs concurrently asks here:
 whether gevent has monkey-patched ``threading`` (:func:`gevent_threading_patched`), which lock
-to take (:func:`new_rlock`, :func:`brief_lock`), how to start work (:func:`spawn`), how to yield (:func:`let_others_run`), and how to keep blocking file
-I/O from stalling the hub (:func:`off_the_hub`). The light actor and its future, the same
+to take (:func:`new_rlock`, :func:`brief_lock`), how to start work (:func:`spawn`), how to
+yield (:func:`let_others_run`), and how to keep blocking file I/O from stalling the hub
+(:func:`off_the_hub`). The light actor and its future, the same
 choice for pykka, are in :mod:`hermes_actors._green.actor` (kept apart: the database writer
 process imports this module and must not pay for pykka), and the patching itself, for the
 processes that run under gevent, in :func:`hermes_actors._green.monkey.patch_all`. Nothing
@@ -73,7 +74,8 @@ def new_rlock() -> Any:
 
 def brief_lock() -> Any:
     """A lock for a critical section that neither blocks nor yields: a few statements on
-    counters and maps, no I/O, no other lock, no call that may switch greenlets.
+    counters and maps, no I/O, no call that may switch greenlets, no lock but another brief
+    one (always taken in the same order).
 
     Under gevent, ``threading.Lock`` is gevent's ``LockType``, whose ``acquire`` and
     ``release`` are Python frames (checks for the hub, the owner, a timeout); a turn took

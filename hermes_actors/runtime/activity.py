@@ -20,8 +20,8 @@ class ActivityTracker:
     """A counter with an idle event: ``add``, ``done``, ``wait_idle``.
 
     Units are taken and released several times per turn, so the count is kept under a
-    brief lock (:func:`~hermes_actors._green.brief_lock`) and waiters wait on an event set at zero (a ``Condition`` costs a re-entrant
-    lock in pure Python per use under gevent).
+    brief lock (:func:`~hermes_actors._green.brief_lock`) and waiters wait on an event set
+    at zero (a ``Condition`` costs a re-entrant lock in pure Python per use under gevent).
     """
 
     def __init__(self) -> None:

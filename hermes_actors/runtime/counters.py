@@ -1,9 +1,9 @@
 """Running totals of what came in and what the turns did, for ``/metrics`` and ``stats()``.
 
 Counted where it happens (``Gateway`` for ingress, the session actors for turns and queue
-depths) so a scrape
-reads a few numbers instead of asking every live session actor: its cost does not grow with
-the number of sessions. Increments take a plain lock; they are a few per message.
+depths) so a scrape reads a few numbers instead of asking every live session actor: its cost
+does not grow with the number of sessions. Increments take a brief lock
+(:func:`~hermes_actors._green.brief_lock`); they are a few per message.
 """
 
 from __future__ import annotations
