@@ -139,15 +139,19 @@ class _GreenletPool:
             worker = self._idle.pop()
             gevent.get_hub().loop.run_callback(worker.switch, fn)
         else:
-            gevent.spawn(self._serve, fn)
+            # The work rides in a list the worker empties: a Greenlet keeps its arguments
+            # until it ends, and a worker lives on (parked, or as an actor's loop for as long
+            # as its session), so a work passed as an argument stayed alive with it (a turn's
+            # closure, and through it the turn, its event and its agent after the cache had
+            # let the agent go).
+            gevent.spawn(self._serve, [fn])
 
-    def _serve(self, work: Callable[[], Any]) -> None:
+    def _serve(self, first: list[Callable[[], Any]]) -> None:
         import gevent
 
         hub = gevent.get_hub()
         me = gevent.getcurrent()
-        fn: Callable[[], Any] | None = work
-        del work
+        fn: Callable[[], Any] | None = first.pop()
         while fn is not None:
             try:
                 contextvars.Context().run(fn)

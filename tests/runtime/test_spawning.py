@@ -1,4 +1,4 @@
-"""LightActor under gevent: bare greenlets, gevent inbox and futures, pykka semantics kept.
+"""LightActor under gevent: bare greenlets, its inbox and gevent futures, pykka semantics kept.
 
 Run in a child process, since gevent's patching is process-wide. Without gevent a
 LightActor is a plain ThreadingActor; the whole runtime suite covers that mode.
@@ -69,6 +69,67 @@ def test_under_gevent():
     assert child_output(CHILD) == "ok"
 
 
+INBOX_CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from gevent.event import Event
+from hermes_actors._green.actor import GreenInbox, LightActor
+
+inbox = GreenInbox()
+assert inbox.empty() and inbox.qsize() == 0
+for n in range(5):
+    inbox.put(n)
+assert not inbox.empty() and inbox.qsize() == 5
+assert [inbox.get() for _ in range(5)] == [0, 1, 2, 3, 4], "first in, first out"
+
+# A reader that waits is woken by the next put, and gets the items in order.
+got, ready = [], Event()
+def reader(count):
+    for _ in range(count):
+        got.append(inbox.get())
+    ready.set()
+gevent.spawn(reader, 3)
+gevent.sleep(0)  # it waits now
+assert got == []
+inbox.put("a"); inbox.put("b")
+gevent.sleep(0)
+inbox.put("c")
+assert ready.wait(5) and got == ["a", "b", "c"], got
+
+# A reader killed while it waits takes nothing with it: the next item waits for the next
+# reader.
+doomed = gevent.spawn(inbox.get)
+gevent.sleep(0)
+doomed.kill()
+inbox.put("kept")
+gevent.sleep(0)
+assert inbox.qsize() == 1 and inbox.get() == "kept"
+
+# An actor's inbox is one, and its messages are handled in the order they were told.
+class Recorder(LightActor):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+    def on_receive(self, message):
+        if message == "report":
+            return list(self.seen)
+        self.seen.append(message)
+
+ref = Recorder.start()
+assert type(ref.actor_inbox) is GreenInbox
+for n in range(200):
+    ref.tell(n)
+assert ref.ask("report") == list(range(200))
+ref.stop()
+print("ok")
+"""
+
+
+def test_green_inbox_is_a_fifo_with_one_waiting_reader():
+    assert child_output(INBOX_CHILD) == "ok"
+
+
 def test_without_gevent_it_is_a_threading_actor():
     class Echo(LightActor):
         def on_receive(self, message):
@@ -136,6 +197,37 @@ print("ok")
 """
 
 
+POOL_DROPS_CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import gc, weakref
+import gevent
+from gevent.event import Event
+from hermes_actors._green import _GreenletPool
+
+class Held:
+    pass
+
+pool = _GreenletPool(max_idle=2)
+held = Held()
+alive = weakref.ref(held)
+pool.run(lambda held=held: None)  # a fresh worker runs a work that holds an object
+del held
+gevent.sleep(0)
+stop = Event()
+pool.run(stop.wait)  # the same worker goes on with a long work (as an actor's loop does)
+gevent.sleep(0)
+gc.collect()
+assert alive() is None, "the worker kept its first work alive"
+stop.set()
+print("ok")
+"""
+
+
+def test_greenlet_pool_keeps_no_finished_work_alive():
+    assert child_output(POOL_DROPS_CHILD) == "ok"
+
+
 def test_greenlet_pool_reuses_finished_workers():
     assert child_output(POOL_CHILD) == "ok"
 
@@ -158,12 +250,19 @@ assert metadata.entry_points is recording, "the caller's entry_points is put bac
 assert len(asked) == 1, f"the metadata is read once, not {len(asked)} times"
 from gevent import monkey
 assert monkey.is_module_patched("threading") and monkey.is_module_patched("socket")
+import gevent
+assert gevent.config.track_greenlet_tree is (sys.argv[1] == "asked"), "tree tracking"
 print("ok")
 """
 
 
 def test_patch_all_reads_the_entry_points_once():
-    assert child_output(PATCH_CHILD) == "ok"
+    assert child_output(PATCH_CHILD, "default") == "ok"
+
+
+def test_patch_all_keeps_greenlet_tree_tracking_when_the_environment_asks(monkeypatch):
+    monkeypatch.setenv("GEVENT_TRACK_GREENLET_TREE", "1")
+    assert child_output(PATCH_CHILD, "asked") == "ok"
 
 
 LOADED_CHILD = r"""
