@@ -119,7 +119,18 @@ CHILD_DIES = PRELUDE + textwrap.dedent(
         db.apply_later(ops(n), lambda ok, value, n=n: heard.setdefault(n, []).append(
             (ok, type(value).__name__)))
         gevent.sleep(0)  # let the sender send what it may
+    def waiting_apply():
+        try:
+            db.apply(ops(49))
+        except StoreUnavailableError:
+            return "refused"
+        return "applied"
+
+    waiter = gevent.spawn(waiting_apply)
+    gevent.sleep(0)  # it waits for its answer now
     os.kill(child, signal.SIGKILL)
+    # a caller waiting for its answer when the writer died hears it too
+    assert waiter.get(timeout=30) == "refused"
     try:
         db.apply(ops(50))
     except StoreUnavailableError:

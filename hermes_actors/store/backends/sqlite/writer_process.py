@@ -160,19 +160,36 @@ class _Frame:
         #: Each op list encoded on its own (by its caller): a list the child cannot read
         #: fails alone, and so does one that cannot be encoded (at once, in its caller).
         self.blobs: list[bytes] = []
-        self.callbacks: list[Callable[[bool, Any], None] | None] = []
+        self.callbacks: list[_Callback | None] = []
         self.outcomes: list[tuple[bool, Any]] = []
         self.done = done
 
     def finish(self, outcomes: list[tuple[bool, Any]], schedule: Callable[..., Any]) -> None:
         """Record the answers, wake the waiters, and ``schedule`` each callback as a callback
         of the hub itself (never in the reader: one that blocks there on the writer would
-        wait for itself; in the hub, blocking fails loudly, as with the writer thread)."""
+        wait for itself; in the hub, blocking fails loudly, as with the writer thread). A
+        ``Waiter`` (a greenlet parked in :meth:`WriterProcess.apply`) is switched to with
+        its outcome: waiting on the frame's event instead ran four Python-level calls of
+        gevent's no-timeout placeholder at each wait."""
         self.outcomes = outcomes
         self.done.set()
-        for callback, (ok, value) in zip(self.callbacks, outcomes, strict=True):
-            if callback is not None:
-                schedule(call_back, callback, ok, value)
+        for callback, outcome in zip(self.callbacks, outcomes, strict=True):
+            if callback is None:
+                continue
+            if type(callback) is _WAITER:
+                waiter: Any = callback
+                schedule(waiter.switch, outcome)
+            else:
+                schedule(call_back, callback, *outcome)
+
+
+#: gevent's ``Waiter`` class, once a :class:`WriterProcess` exists (the child never imports
+#: gevent): a callback slot holding one is a greenlet parked in :meth:`WriterProcess.apply`.
+_WAITER: type | None = None
+
+#: What a submitted op list's answer goes to: a function of ``(ok, value)`` run in the hub,
+#: or a ``Waiter`` of a greenlet waiting for it.
+_Callback = Callable[[bool, Any], None] | Any
 
 
 def _above_stdio(fd: int, close: Callable[[int], None]) -> int:
@@ -195,9 +212,12 @@ class WriterProcess:
     def __init__(self, path: Path, lock_fd: int) -> None:
         import gevent
         import gevent.event
+        import gevent.hub
         from gevent.monkey import get_original
 
+        global _WAITER
         self._event = gevent.event.Event
+        self._waiter = _WAITER = gevent.hub.Waiter
         self._hub = gevent.get_hub()
         self._native_ident = get_original("_thread", "get_ident")
         self._native_lock = get_original("_thread", "allocate_lock")
@@ -264,8 +284,7 @@ class WriterProcess:
     def _in_hub(self) -> bool:
         return self._native_ident() == self._hub_thread
 
-    def _submit(self, blob: bytes, callback: Callable[[bool, Any], None] | None
-                ) -> tuple[_Frame, int]:
+    def _submit(self, blob: bytes, callback: _Callback | None) -> None:
         """Queue one encoded op list (in the hub, never blocking)."""
         if self._error is not None:
             raise StoreUnavailableError(self._error)
@@ -279,7 +298,6 @@ class WriterProcess:
         self._watcher.ref = True  # an answer is due: keep the loop alive for it
         if len(self._inflight) < MAX_IN_FLIGHT:
             self._wake.set()
-        return frame, len(frame.blobs) - 1
 
     def _send_loop(self) -> None:
         """The only writer of the request pipe: sends pending frames, in order."""
@@ -333,9 +351,9 @@ class WriterProcess:
         """Commit ``ops`` as one transaction (grouped with others); its results, or raise."""
         blob = encode_ops(ops)
         if self._in_hub():
-            frame, i = self._submit(blob, None)
-            frame.done.wait()
-            ok, value = frame.outcomes[i]
+            waiter = self._waiter()
+            self._submit(blob, waiter)
+            ok, value = waiter.get()
         else:
             ok, value = self._from_other_thread(lambda finished: self._submit(blob, finished))
         if ok:
