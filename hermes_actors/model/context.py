@@ -35,6 +35,7 @@ __all__ = [
     "ContextSettings",
     "HomeChannel",
     "SessionContext",
+    "assemble_session_context",
     "build_session_context",
     "build_session_context_prompt",
     "quote_label",
@@ -156,20 +157,37 @@ def build_session_context(
     switches and WhatsApp aliases; id and timestamps come from ``session_entry`` when given.
     """
     settings: ContextSettings = config if config is not None else _DefaultSettings()
-    connected = _connected(settings, connected_platforms)
-    homes = {p: hc for p, hc in sorted(settings.home_channels.items()) if p in connected}
     switches = {
         "group_sessions_per_user": settings.group_sessions_per_user,
         "thread_sessions_per_user": settings.thread_sessions_per_user,
     }
+    return assemble_session_context(
+        source, settings, session_entry, connected_platforms,
+        session_key=build_session_key(
+            source, whatsapp_aliases=settings.whatsapp.lid_aliases, **switches),
+        shared=is_shared_multi_user_session(source, **switches),
+    )
+
+
+def assemble_session_context(
+    source: SessionSource,
+    settings: ContextSettings,
+    session_entry: SessionEntry | None,
+    connected_platforms: Iterable[object] | None,
+    *,
+    session_key: str,
+    shared: bool,
+) -> SessionContext:
+    """:func:`build_session_context` for a caller that has the source's session key and
+    whether its session is shared under ``settings`` already (a turn: its actor's key)."""
+    connected = _connected(settings, connected_platforms)
+    homes = {p: hc for p, hc in sorted(settings.home_channels.items()) if p in connected}
     return SessionContext(
         source=source,
         connected_platforms=connected,
         home_channels=homes,
-        shared_multi_user_session=is_shared_multi_user_session(source, **switches),
-        session_key=build_session_key(
-            source, whatsapp_aliases=settings.whatsapp.lid_aliases, **switches
-        ),
+        shared_multi_user_session=shared,
+        session_key=session_key,
         session_id=session_entry.session_id if session_entry else None,
         created_at=session_entry.created_at if session_entry else None,
         updated_at=session_entry.updated_at if session_entry else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -46,10 +46,17 @@ class MessageEvent:
             object.__setattr__(self, "text", "")
         if not isinstance(self.text, str):
             raise TypeError("MessageEvent.text must be a string")
-        object.__setattr__(self, "message_type", MessageType(self.message_type))
-        object.__setattr__(self, "media_urls", tuple(str(u) for u in self.media_urls))
-        received = parse_timestamp(self.received_at)
-        object.__setattr__(self, "received_at", received or utc_now())
+        # (each normalisation skipped when the value is in its form already: every inbound
+        # message passes here, most of them plain text just stamped by utc_now())
+        if type(self.message_type) is not MessageType:
+            object.__setattr__(self, "message_type", MessageType(self.message_type))
+        if self.media_urls:
+            object.__setattr__(self, "media_urls", tuple(str(u) for u in self.media_urls))
+        elif type(self.media_urls) is not tuple:
+            object.__setattr__(self, "media_urls", ())
+        received = self.received_at
+        if type(received) is not datetime or received.tzinfo is not timezone.utc:
+            object.__setattr__(self, "received_at", parse_timestamp(received) or utc_now())
 
     @property
     def command(self) -> Command | None:
@@ -78,7 +85,7 @@ class MessageEvent:
         return {
             "source": self.source.to_dict(),
             "text": self.text,
-            "message_type": self.message_type.value,
+            "message_type": self.message_type._value_,  # (.value is a Python property)
             "media_urls": list(self.media_urls),
             "internal": self.internal,
             "event_id": self.event_id,

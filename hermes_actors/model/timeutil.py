@@ -7,9 +7,29 @@ host local time; it is interpreted that way once, on load, and never produced ag
 from __future__ import annotations
 
 import functools
+import time
 from datetime import datetime, timezone
 
-__all__ = ["epoch", "from_epoch", "isoformat", "parse_timestamp", "utc_now"]
+__all__ = ["SystemClock", "epoch", "from_epoch", "isoformat", "parse_timestamp", "utc_now"]
+
+
+class SystemClock:
+    """The real clock (see ``hermes_actors.runtime.clock.Clock``).
+
+    Its ``time`` and ``monotonic`` are the ``time`` module's own functions, set on the
+    instance: the runtime reads the clock about a dozen times a turn, and a method around
+    each was a Python call of its own.
+    """
+
+    def __init__(self) -> None:
+        #: ``time.time()``: epoch seconds.
+        self.time = time.time
+        #: ``time.monotonic()``: seconds from an arbitrary origin, never going back.
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)`` (a greenlet's sleep under gevent)."""
+        time.sleep(seconds)
 
 
 def from_epoch(seconds: float) -> datetime:

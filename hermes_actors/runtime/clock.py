@@ -3,12 +3,15 @@
 Everything that decides by time (idle actors, housekeeping, marker age, restart storms) reads
 an injected clock, so tests drive time with ``hermes_actors.testing.FakeClock``. A clock may
 also offer ``sleep(seconds)`` (waiting out a platform's rate limit uses it when present).
+The real one, :class:`SystemClock`, is :mod:`hermes_actors.model.timeutil`'s (the store reads
+it too), re-exported here.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
+
+from hermes_actors.model.timeutil import SystemClock
 
 __all__ = ["Clock", "SystemClock"]
 
@@ -23,19 +26,3 @@ class Clock(Protocol):
     def monotonic(self) -> float:
         """Seconds from an arbitrary origin, never going back."""
         ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def time(self) -> float:
-        """``time.time()``."""
-        return time.time()
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        """``time.sleep(seconds)`` (a greenlet's sleep under gevent)."""
-        time.sleep(seconds)

@@ -404,8 +404,8 @@ class Gateway:
         finally:
             with self._lock:
                 self._inflight -= 1
-                if self._inflight == 0:
-                    self._lock.notify_all()
+                if self._inflight == 0 and self._state == "stopping":
+                    self._lock.notify_all()  # only stop() waits, once it set "stopping"
         if admission.duplicate:
             self.ingress.refused("duplicate")
         elif admission.refused is not None:

@@ -19,7 +19,7 @@ __all__ = ["Queued", "SessionQueue"]
 Kind = Literal["followup", "queued", "internal"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Queued:
     """A waiting unit of work: the event to run, what kind it is, the inbox ids it covers."""
 

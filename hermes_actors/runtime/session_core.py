@@ -57,7 +57,7 @@ RESET_FAILED = "⚠️ Could not start a new session ({}). Send /new again."
 # -- messages (what the actor's mailbox receives) -----------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """A submitted event for this session; answered with an :class:`InboundAnswer`."""
 
@@ -77,7 +77,7 @@ class InboundAnswer(NamedTuple):
     queue_depth: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TurnDone:
     """The worker of turn ``turn_id`` finished with ``status`` (``completed``,
     ``interrupted``, ``failed``, ``partial``, or ``skipped``: not run)."""
@@ -86,7 +86,7 @@ class TurnDone:
     status: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResetDone:
     """The worker of a ``/new`` (or ``/reset``) finished: ``error`` names what failed."""
 
@@ -95,7 +95,7 @@ class ResetDone:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IdleCheck:
     """Housekeeping: stop if idle for ``idle_secs``; interrupt a turn older than
     ``turn_timeout`` (the agent timeout)."""
@@ -104,30 +104,30 @@ class IdleCheck:
     turn_timeout: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Kick:
     """Try again to start queued work (an adapter may have reconnected)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StopAccepting:
     """Drain: start no new turn; answers whether a turn is still running."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InterruptTurn:
     """Interrupt the running turn (drain deadline); answers whether one was running."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DrainResult:
     """Answered with the status of the turn a drain interrupted (``"running"`` while it
     still runs), or ``None`` when the drain interrupted nothing here."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GetStatistics:
     """Answered with a :class:`SessionStatistics`."""
 
@@ -152,7 +152,7 @@ class SessionStatistics(NamedTuple):
 # -- effects (what the actor carries out) -----------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Notify:
     """Answer ``event`` with ``text``; with ``consume``, its inbox row is consumed (with
     that reason) in the transaction that records the notice."""
@@ -162,7 +162,7 @@ class Notify:
     consume: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Consume:
     """Mark inbox events consumed."""
 
@@ -170,7 +170,7 @@ class Consume:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StartTurn:
     """Run ``item`` as turn ``turn_id`` in a worker (it reports back with ``TurnDone``)."""
 
@@ -178,19 +178,19 @@ class StartTurn:
     item: Queued
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Interrupt:
     """Ask the running turn to stop."""
 
     reason: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CancelDelegations:
     """End the session's background delegations (they report back as interrupted)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResetSession:
     """``/new``/``/reset``: in a worker, reset the session in the store and discard its
     agent, then report ``ResetDone``."""
@@ -199,7 +199,7 @@ class ResetSession:
     cut: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AnswerStatus:
     """``/status``: in a worker, read the session's entry and message count and answer."""
 
@@ -209,7 +209,7 @@ class AnswerStatus:
     running_for: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Refuse:
     """The sender answers its client with ``text`` and withdraws the event."""
 
@@ -217,19 +217,19 @@ class Refuse:
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Retire:
     """Stop this actor if nothing arrived meanwhile (the router decides)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Warn:
     """Log a warning."""
 
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TurnFinished:
     """A turn ended with ``status`` after ``seconds`` (metrics and the turn's log line)."""
 
@@ -249,9 +249,13 @@ class Reaction(NamedTuple):
     answer: Any = None
 
 
-@dataclass(frozen=True)
-class Context:
-    """What the core may know of the world when it handles a message."""
+class Context(NamedTuple):
+    """What the core may know of the world when it handles a message.
+
+    (A named tuple, where the messages and effects are frozen slotted dataclasses: the actor
+    builds one for every message it handles, and a named tuple is built in about a third of
+    a frozen dataclass's time.)
+    """
 
     #: Monotonic clock reading now.
     now: float

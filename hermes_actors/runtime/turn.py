@@ -20,7 +20,7 @@ import pykka
 from hermes_actors._green import brief_lock
 from hermes_actors.agents.base import TurnRequest, TurnResult
 from hermes_actors.errors import FencedError, StoreUnavailableError
-from hermes_actors.model.context import build_session_context, build_session_context_prompt
+from hermes_actors.model.context import assemble_session_context, build_session_context_prompt
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.keys import is_shared_multi_user_session
@@ -44,7 +44,7 @@ FAILED_NOTICE = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TurnOutcome:
     """How a turn ended, reported back to the session actor."""
 
@@ -53,7 +53,7 @@ class TurnOutcome:
     session_id: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RunningTurn:
     """The actor's handle on its running turn; the worker attaches the agent once it has it."""
 
@@ -180,9 +180,10 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         try:
             # From here every failure is a failed turn: answered, marker cleared, agent back.
             agent = checkout.get() if checkout is not None else None
-            context = build_session_context(
+            context = assemble_session_context(
                 event.source, config, entry,
-                connected_platforms=["local", *services.delivery.connected_platforms()],
+                ["local", *services.delivery.connected_platforms()],
+                session_key=key, shared=shared,  # (the actor's key is the source's)
             )
             if agent is None:
                 agent = services.agent_factory(context)

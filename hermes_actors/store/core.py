@@ -36,7 +36,6 @@ import functools
 import logging
 import os
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -52,7 +51,7 @@ from hermes_actors.errors import (
     StoreUnreachableError,
 )
 from hermes_actors.model.entry import SessionEntry, validate_session_id
-from hermes_actors.model.timeutil import epoch, isoformat, utc_now
+from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
 from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
@@ -97,18 +96,6 @@ DEFAULT_MIRROR_INTERVAL = 5.0
 #: unrelated sessions queue behind each other: at 64 stripes that contention cost a
 #: quarter of the throughput at 10,000 sessions. 4,096 gevent locks take ~0.9 MB.
 _STRIPES = 4096
-
-
-class SystemClock:
-    """Real time."""
-
-    def time(self) -> float:
-        """Epoch seconds."""
-        return time.time()
-
-    def monotonic(self) -> float:
-        """Monotonic seconds."""
-        return time.monotonic()
 
 
 class StoreStatistics(NamedTuple):

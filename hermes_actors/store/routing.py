@@ -15,6 +15,8 @@ Times in flags are epoch seconds; the entry holds aware UTC datetimes.
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Mapping
 from json.encoder import encode_basestring as _quote
 from typing import Any, NamedTuple
@@ -61,6 +63,8 @@ FLAG_FIELDS = RoutingFlags._fields
 #: The flags of an entry with none set.
 NO_FLAGS = RoutingFlags()
 _FLAG_SET = frozenset(FLAG_FIELDS)
+_text_values = operator.itemgetter(*(field.name for field in dataclasses.fields(SessionEntry)
+                                     if field.name not in _FLAG_SET))
 _TIMES = ("active_turn_started_at", "updated_at")
 
 
@@ -76,13 +80,13 @@ class RoutingRow(NamedTuple):
 def flags_of(entry: SessionEntry) -> RoutingFlags:
     """The flag columns of ``entry``."""
     started, updated = entry.active_turn_started_at, entry.updated_at
-    return RoutingFlags(
+    return RoutingFlags(  # (``.timestamp()`` is what ``epoch`` does; twice a turn, inline)
         entry.active_turn_token,
-        epoch(started) if started is not None else None,
+        started.timestamp() if started is not None else None,
         bool(entry.active_turn_internal),
         bool(entry.resume_pending),
         bool(entry.suspended),
-        epoch(updated) if updated is not None else None,
+        updated.timestamp() if updated is not None else None,
     )
 
 
@@ -96,11 +100,9 @@ def entry_text(entry: SessionEntry) -> str:
 
 def same_text(old: SessionEntry, new: SessionEntry) -> bool:
     """Whether ``old`` and ``new`` differ at most in their flags (so ``old``'s text holds)."""
-    a, b = old.__dict__, new.__dict__
-    for name, value in a.items():
-        if name not in _FLAG_SET and b[name] != value:
-            return False
-    return True
+    # (an entry's instance dict holds exactly its fields: one C-level pick and compare of
+    # the text fields, where a loop over the fields ran ~25 Python-level steps, twice a turn)
+    return _text_values(old.__dict__) == _text_values(new.__dict__)
 
 
 def _time(value: Any) -> float | None:

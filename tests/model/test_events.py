@@ -67,6 +67,14 @@ class TestMessageEvent:
         assert event.message_type is MessageType.PHOTO
         assert event.media_urls == ("a", "b")
 
+    def test_empty_media_and_string_times_are_coerced_too(self):
+        event = MessageEvent(source=SOURCE, media_urls=[], received_at="2024-01-01T12:00:00+02:00")
+        assert event.media_urls == () and type(event.media_urls) is tuple
+        assert event.received_at == datetime(2024, 1, 1, 10, tzinfo=timezone.utc)
+        assert event.received_at.tzinfo is timezone.utc
+        with pytest.raises(ValueError):
+            MessageEvent(source=SOURCE, message_type="fax")
+
     def test_none_text_becomes_empty(self):
         assert MessageEvent(source=SOURCE, text=None).text == ""
 

@@ -16,6 +16,7 @@ from hermes_actors import (
     load_config,
 )
 from hermes_actors.errors import StoreError
+from hermes_actors.model.context import build_session_context
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
@@ -308,13 +309,13 @@ class TestFirstMessage:
                               or made[-1])
         submit(gw, "one")
         assert gw.wait_idle(10)
-        real = turn_module.build_session_context
+        real = turn_module.assemble_session_context
 
         def failing_once(*args, **kwargs):
-            monkeypatch.setattr(turn_module, "build_session_context", real)
+            monkeypatch.setattr(turn_module, "assemble_session_context", real)
             raise RuntimeError("context broke")
 
-        monkeypatch.setattr(turn_module, "build_session_context", failing_once)
+        monkeypatch.setattr(turn_module, "assemble_session_context", failing_once)
         submit(gw, "two")
         assert gw.wait_idle(10)
         entry = gw.store.get(KEY)
@@ -381,3 +382,33 @@ class TestAgentBaseException:
         assert gw.wait_idle(10)
         assert adapter.texts()[-1] == "echo: two"
         gw.stop()
+
+
+class TestTurnContext:
+    """The context a turn gives its agent is ``build_session_context``'s for the message's
+    source (the turn reuses its actor's key and the shared flag it computed)."""
+
+    @pytest.mark.parametrize("source", [
+        SRC,
+        SessionSource("telegram", chat_id="-100", chat_type="group", user_id="9"),
+        SessionSource("telegram", chat_id="-100", chat_type="group", user_id="9",
+                      thread_id="5"),
+    ], ids=["dm", "group", "thread"])
+    @pytest.mark.parametrize("per_user", [True, False])
+    def test_the_agent_sees_its_sources_context(self, tmp_path, source, per_user):
+        seen = []
+
+        class Recording(ScriptedAgent):
+            def run_turn(self, request):
+                seen.append(request.context)
+                return super().run_turn(request)
+
+        gw, _adapter = gateway(tmp_path, factory=lambda ctx: Recording(),
+                               group_sessions_per_user=per_user)
+        gw.submit(MessageEvent(source=source, text="hello"))
+        assert gw.wait_idle(10)
+        entry = gw.store.get(gw.store.session_key_for(source))
+        expected = build_session_context(source, gw.config, entry,
+                                         connected_platforms=["local", "telegram"])
+        gw.stop()
+        assert seen == [expected]

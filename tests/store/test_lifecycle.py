@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -11,7 +13,14 @@ from hermes_actors.model.timeutil import from_epoch
 from hermes_actors.store import lifecycle
 from hermes_actors.store.loader import merge_entries
 from hermes_actors.store.recovery import judge_marker
-from hermes_actors.store.routing import NO_FLAGS, RoutingRow, entry_text, flags_of
+from hermes_actors.store.routing import (
+    FLAG_FIELDS,
+    NO_FLAGS,
+    RoutingRow,
+    entry_text,
+    flags_of,
+    same_text,
+)
 from hermes_actors.store.transcript import normalize_message
 
 from .conftest import T0, dm
@@ -110,3 +119,31 @@ class TestMessageShape:
         msg = normalize_message({"role": "user", "content": "x", "extra": 1,
                                  "timestamp": "2023-11-15T07:13:20+09:00"}, now=0.0)  # fmt: skip
         assert msg == {"role": "user", "content": "x", "timestamp": T0}
+
+
+class TestSameText:
+    """``same_text``: only a change outside the flag columns needs the entry text written."""
+
+    @staticmethod
+    def _other(value):
+        if isinstance(value, bool):
+            return not value
+        if value is None:
+            return "20231114_221320_0000beef"  # valid wherever a text or an id may stand
+        if hasattr(value, "tzinfo"):
+            return value + timedelta(seconds=1)
+        if isinstance(value, int):
+            return value + 1
+        if isinstance(value, str):
+            return value + "x" if ":" in value else "20231114_221320_0000beef"
+        return None
+
+    @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(SessionEntry)])
+    def test_each_field(self, name):
+        old = _entry(origin=dm(), active_turn_token="t1", active_turn_started_at=from_epoch(T0))
+        changed = old.__dict__ | {name: self._other(getattr(old, name))}
+        assert changed[name] != getattr(old, name)
+        new = object.__new__(SessionEntry)
+        new.__dict__.update(changed)
+        assert same_text(old, new) is (name in FLAG_FIELDS)
+        assert same_text(old, old)
