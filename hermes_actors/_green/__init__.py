@@ -14,7 +14,7 @@ Why the runtime needs to know at all: under ``gevent.monkey.patch_all()`` a
 ``threading.Thread`` is a greenlet wrapped in a thread object whose ``start()`` waits for a
 hub round trip, and ``threading.RLock`` falls back to pure Python. Session actors and turn
 workers are started by the thousand, so there they are bare greenlets, and locks are gevent's
-compiled ones. Without gevent nothing changes: real daemon threads and ``threading`` locks.
+own (or native, for sections that cannot yield). Without gevent nothing changes: real daemon threads and ``threading`` locks.
 Rejected: a gevent module of pykka (pykka 4 has none), and patching pykka's internals.
 """
 
@@ -60,8 +60,9 @@ def new_rlock() -> Any:
     """A re-entrant lock for greenlets and threads of this process's runtime.
 
     Under gevent, ``threading.RLock`` is threading's pure-Python fallback (every acquire a
-    few Python frames); gevent's own is compiled. Only for locks that native helper threads
-    (the database worker, the hub's thread pool) never take.
+    few Python frames); gevent's own is a thin layer on its compiled semaphore. Only for
+    locks that native helper threads (the database worker, the hub's thread pool) never
+    take.
     """
     if gevent_threading_patched():
         from gevent.lock import RLock
