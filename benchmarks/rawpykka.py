@@ -17,7 +17,7 @@ import pykka
 
 from benchmarks.util import anon_bytes, settle_memory
 
-__all__ = ["IdleActors", "ask_latencies", "idle_actors", "offered_load"]
+__all__ = ["IdleActors", "ask_latencies", "ask_rate", "idle_actors", "offered_load"]
 
 
 class _Echo(pykka.ThreadingActor):
@@ -76,6 +76,33 @@ def ask_latencies(rate: float, duration: float) -> list[float]:
     offered_load(rate, duration, send, start)
     ref.stop()
     return sorted(latencies)
+
+
+def ask_rate(asks: int, *, askers: int = 32) -> float:
+    """Asks answered per second by one echo actor, ``askers`` threads (greenlets) asking
+    back to back (as the throughput scenario's submitters do), best of three passes."""
+    if asks < askers:
+        raise ValueError(f"need at least {askers} asks, not {asks}")
+    each = asks // askers
+    ref = _Echo.start()
+
+    def asker() -> None:
+        for i in range(each):
+            ref.ask(i)
+
+    try:
+        best = 0.0
+        for _ in range(3):
+            started = time.perf_counter()
+            workers = [threading.Thread(target=asker, daemon=True) for _ in range(askers)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            best = max(best, each * askers / (time.perf_counter() - started))
+        return best
+    finally:
+        ref.stop()
 
 
 class IdleActors(NamedTuple):

@@ -8,7 +8,13 @@ the inbound connections. After the run the database is checked: every message an
 persisted, every inbox row consumed, every obligation delivered; a shortfall fails the run.
 
 Baselines, measured in the same run for the same sessions x messages: the raw ``sqlite3``
-bound and the re-created reference pattern (:mod:`benchmarks.rawsql`).
+bound and the re-created reference pattern (:mod:`benchmarks.rawsql`). And one that is
+Python-bound, as the gateway's own work is: raw pykka asks per second under the same
+greenlets (:func:`benchmarks.rawpykka.ask_rate`). The raw sqlite3 bound is C; machines differ
+in how fast they run Python against how fast they run C, so the share of that bound moves
+between machines for the same code. The gateway's CPU per turn counted in raw asks (its
+CPU per turn times the asks per second) moves much less: information for a target that
+travels between machines, beside the one the issue sets.
 
 The run also measures the CPU a turn costs, in the gateway process (its hub runs every
 turn's Python, and the load driver's submitters run there too) and in its child processes
@@ -28,6 +34,7 @@ from typing import Any
 import psutil
 
 from benchmarks.fixtures import dm_source
+from benchmarks.rawpykka import ask_rate
 from benchmarks.rawsql import raw_turn_bound, reference_turns
 from benchmarks.report import Target, figure
 from benchmarks.util import Progress, RecordingAdapter, closed_loop, make_gateway, scratch_dir
@@ -154,6 +161,14 @@ def run(*, quick: bool, progress: Progress, workdir: str | None) -> dict[str, An
             figures.append(figure("small_vs_reference", "  vs the reference pattern", value,
                                   "turns/s", baseline=ref, baseline_label="reference"))
         figures += _cpu_figures(size, rt)
+    progress.update("raw pykka asks/s", force=True)
+    asks = ask_rate(20_000 if quick else 100_000)
+    details["raw_pykka_asks_per_s"] = asks
+    gateway_us = details["large"]["runtime"]["cpu_us_per_turn"]["gateway"]
+    figures.append(figure("raw_asks", "raw pykka asks/s, 32 askers (Python-bound baseline)",
+                          asks, "asks/s"))
+    figures.append(figure("large_in_asks", f"  gateway CPU per turn at {large[0]:,} sessions, "
+                          "in raw asks", gateway_us * asks / 1e6, "asks"))
     return {"figures": figures, "details": details}
 
 

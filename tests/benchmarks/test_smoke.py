@@ -82,3 +82,13 @@ class TestQuickRun:
             assert figs[f"{size}_bound_core"]["value"] == pytest.approx(1e6 / gateway)
             cores = figs[f"{size}_bound_cores"]["value"] * (gateway + writer) / 1e6
             assert cores == pytest.approx(round(cores)) and round(cores) >= 1, size
+
+    def test_throughput_counts_the_gateways_cpu_in_raw_pykka_asks(self, report):
+        """The Python-bound baseline: raw asks/s in the same run, and a turn's gateway CPU
+        expressed in them."""
+        data, _ = report
+        figs = {f["key"]: f for f in data["scenarios"]["throughput"]["figures"]}
+        asks = figs["raw_asks"]["value"]
+        assert asks > 0 and figs["raw_asks"]["unit"] == "asks/s"
+        gateway = figs["large_cpu_gateway"]["value"]
+        assert figs["large_in_asks"]["value"] == pytest.approx(gateway * asks / 1e6)
