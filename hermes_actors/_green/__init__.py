@@ -105,7 +105,7 @@ _native_lock: list[Callable[[], Any]] = []  # the native allocate_lock, once gev
 def spawn(fn: Callable[[], Any], name: str) -> None:
     """Run ``fn()`` concurrently: a greenlet under gevent (a parked one of
     :data:`_POOL` when there is one), else a daemon thread."""
-    if gevent_threading_patched():
+    if _patched or gevent_threading_patched():  # (once patched, no call: every turn spawns)
         _POOL.run(fn)
     else:
         import threading

@@ -16,7 +16,7 @@ from typing import Any
 
 import pykka
 
-from hermes_actors._green import gevent_threading_patched, spawn
+from hermes_actors._green import _patched, gevent_threading_patched, spawn
 
 __all__ = ["GreenFuture", "GreenInbox", "LightActor"]
 
@@ -81,19 +81,23 @@ class GreenInbox:
 class GreenFuture(pykka.Future):
     """A pykka future on a gevent event, for greenlets of one hub (see module doc)."""
 
+    _Event: Any = None  # gevent's, imported with the first future
+
     def __init__(self) -> None:
         super().__init__()
-        import gevent.event
+        if GreenFuture._Event is None:
+            import gevent.event
 
-        self._done = gevent.event.Event()
+            GreenFuture._Event = gevent.event.Event
+        self._done = self._Event()
         self._result: tuple[Any, Any] | None = None
 
     def get(self, *, timeout: float | None = None) -> Any:
         """The value (or raise the exception) once set; ``pykka.Timeout`` after ``timeout``."""
-        try:
-            return super().get(timeout=timeout)  # a get hook (map, filter, ...) answers
-        except NotImplementedError:
-            pass
+        if self._get_hook is not None:  # a get hook (map, filter, ...) answers
+            return super().get(timeout=timeout)
+        # (pykka's own get() answers a future without a hook by raising NotImplementedError,
+        # which cost a raise and a catch at every ask before this test)
         if not self._done.wait(timeout):
             raise pykka.Timeout(f"{timeout} seconds")
         assert self._result is not None  # set before the event
@@ -141,7 +145,7 @@ class LightActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_future() -> pykka.Future:
-        if gevent_threading_patched():
+        if _patched or gevent_threading_patched():  # (no call once patched: every ask)
             return GreenFuture()
         return pykka.ThreadingFuture()
 

@@ -68,7 +68,7 @@ class SessionQueue:
         return len(self.overflow) + (1 if self.pending_slot is not None else 0)
 
     def __bool__(self) -> bool:
-        return self.depth > 0
+        return self.pending_slot is not None or bool(self.overflow)
 
     def items(self) -> list[Queued]:
         """Slot first, then the overflow in order."""

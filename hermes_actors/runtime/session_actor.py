@@ -294,7 +294,9 @@ class SessionActor(LightActor):
             self._reported_depth = depth
 
     def _sync_busy(self) -> None:
-        self._report_depth(self.core.queue.depth)
+        depth = self.core.queue.depth
+        if depth != self._reported_depth:
+            self._report_depth(depth)
         busy = self.core.busy
         if busy and not self._holding:
             self._s.tracker.add()

@@ -48,7 +48,7 @@ def normalize_message(message: Mapping[str, Any], now: float) -> dict[str, Any]:
     Raises ``ValueError`` for a role outside :data:`ROLES`, non-string content, a non-string
     tool name, tool calls that are not JSON-serialisable, or a malformed timestamp.
     """
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):  # (a dict: no ABC)
         raise ValueError(f"a transcript message must be a dict, got {type(message).__name__}")
     role = message.get("role")
     if role not in ROLES:
@@ -74,7 +74,8 @@ def normalize_message(message: Mapping[str, Any], now: float) -> dict[str, Any]:
         if isinstance(token_count, bool) or not isinstance(token_count, int):
             raise ValueError("message token_count must be an integer")
         out["token_count"] = token_count
-    out["timestamp"] = _timestamp(message.get("timestamp"), now)
+    stamp = message.get("timestamp")
+    out["timestamp"] = float(now) if stamp is None else _timestamp(stamp, now)
     return out
 
 
