@@ -14,7 +14,8 @@ Why the runtime needs to know at all: under ``gevent.monkey.patch_all()`` a
 ``threading.Thread`` is a greenlet wrapped in a thread object whose ``start()`` waits for a
 hub round trip, and ``threading.RLock`` falls back to pure Python. Session actors and turn
 workers are started by the thousand, so there they are bare greenlets, and locks are gevent's
-own (or native, for sections that cannot yield). Without gevent nothing changes: real daemon threads and ``threading`` locks.
+own (or native, for sections that cannot yield). Without gevent nothing changes: real daemon
+threads and ``threading`` locks.
 Rejected: a gevent module of pykka (pykka 4 has none), and patching pykka's internals.
 """
 

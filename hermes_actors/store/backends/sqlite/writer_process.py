@@ -177,19 +177,18 @@ class _Frame:
             if callback is None:
                 continue
             if type(callback) is _WAITER:
-                waiter: Any = callback
-                schedule(waiter.switch, outcome)
+                schedule(callback.switch, outcome)
             else:
                 schedule(call_back, callback, *outcome)
 
 
 #: gevent's ``Waiter`` class, once a :class:`WriterProcess` exists (the child never imports
 #: gevent): a callback slot holding one is a greenlet parked in :meth:`WriterProcess.apply`.
-_WAITER: type | None = None
+_WAITER: Any = None
 
 #: What a submitted op list's answer goes to: a function of ``(ok, value)`` run in the hub,
-#: or a ``Waiter`` of a greenlet waiting for it.
-_Callback = Callable[[bool, Any], None] | Any
+#: or a ``Waiter`` of a greenlet waiting for it (gevent's type, unknown to the child: ``Any``).
+_Callback = Any
 
 
 def _above_stdio(fd: int, close: Callable[[int], None]) -> int:
