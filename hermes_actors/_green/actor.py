@@ -15,10 +15,11 @@ from collections import deque
 from typing import Any
 
 import pykka
+from pykka._envelope import Envelope
 
 from hermes_actors._green import _patched, gevent_threading_patched, spawn
 
-__all__ = ["GreenFuture", "GreenInbox", "LightActor"]
+__all__ = ["GreenFuture", "GreenInbox", "LightActor", "LightRef"]
 
 
 class GreenInbox:
@@ -134,8 +135,53 @@ class GreenFuture(pykka.Future):
         super().set_get_hook(func)
 
 
+def _envelope(message: Any, reply_to: pykka.Future | None) -> Envelope:
+    """pykka's envelope, made without a Python frame for its ``__init__``."""
+    envelope = _new_envelope(Envelope)
+    envelope.message = message
+    envelope.reply_to = reply_to
+    return envelope
+
+
+_new_envelope = object.__new__
+
+
+class LightRef(pykka.ActorRef):
+    """pykka's ``ActorRef`` with ``tell`` and ``ask`` two Python frames lighter each.
+
+    They do what pykka's do, but test the stopped flag directly instead of through
+    ``is_alive()``, and build the envelope without its ``__init__`` frame: a turn sends
+    four tells and one ask.
+    """
+
+    def tell(self, message: Any) -> None:
+        """See ``pykka.ActorRef.tell``."""
+        if self.actor_stopped.is_set():
+            raise pykka.ActorDeadError(f"{self} not found")
+        self.actor_inbox.put(_envelope(message, None))
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        """See ``pykka.ActorRef.ask``."""
+        future = self.actor_class._create_future()
+        if self.actor_stopped.is_set():
+            try:
+                raise pykka.ActorDeadError(f"{self} not found")
+            except pykka.ActorDeadError:
+                future.set_exception()
+        else:
+            self.actor_inbox.put(_envelope(message, future))
+        if block:
+            return future.get(timeout=timeout)
+        return future
+
+
 class LightActor(pykka.ThreadingActor):
-    """A ``ThreadingActor`` that is a bare greenlet under gevent (see module doc)."""
+    """A ``ThreadingActor`` that is a bare greenlet under gevent (see module doc), with a
+    :class:`LightRef` for its ref."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._actor_ref = LightRef(self)
 
     @staticmethod
     def _create_actor_inbox() -> Any:

@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 import pykka
+import pytest
+from pykka import ActorRegistry
 
-from hermes_actors._green.actor import LightActor
+from hermes_actors._green.actor import LightActor, LightRef
 
 
 def child_output(code: str, *args: str) -> str:
@@ -60,7 +62,20 @@ try:
 except Exception as exc:
     assert type(exc).__name__ == "Full"
 assert idle.get() == 1
-ref.stop()
+ref.stop(block=True)
+try:
+    ref.tell(1)
+except pykka.ActorDeadError:
+    pass
+else:
+    raise AssertionError("a tell to a stopped actor must fail")
+dead = ref.ask(1, block=False)
+try:
+    dead.get(timeout=5)
+except pykka.ActorDeadError:
+    pass
+else:
+    raise AssertionError("an ask of a stopped actor must fail through its future")
 print("ok")
 """
 
@@ -142,6 +157,39 @@ def test_without_gevent_it_is_a_threading_actor():
         assert future.get(timeout=5) == "x"
     finally:
         ref.stop()
+
+
+def test_a_light_actors_ref_sends_as_pykkas_does():
+    """``LightRef``: tells arrive in order, asks answer (or raise the handler's error), and
+    a stopped actor refuses both as pykka's ref does (the ask through its future)."""
+    class Log(LightActor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list = []
+
+        def on_receive(self, message):
+            if message == "boom":
+                raise ValueError("boom")
+            if message == "seen":
+                return list(self.seen)
+            self.seen.append(message)
+            return None
+
+    ref = Log.start()
+    assert isinstance(ref, LightRef)
+    assert ActorRegistry.get_by_urn(ref.actor_urn) is ref
+    for n in range(5):
+        ref.tell(n)
+    assert ref.ask("seen") == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="boom"):
+        ref.ask("boom", timeout=5)
+    ref.stop()
+    with pytest.raises(pykka.ActorDeadError):
+        ref.tell(5)
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask("seen", timeout=5)
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask("seen", block=False).get(timeout=5)
 
 
 POOL_CHILD = r"""
