@@ -68,6 +68,20 @@ class SessionStore:
         self._node = NodeRecords(self._core)
         self._ledger = DeliveryLedger(self._core, (self._node.node_id, self._node.boot_id))
         self._outbox = OutboxRecords(self._core)
+        # The turn path's delegations, bound to the parts that do the work (the methods of
+        # the same names below document them; these instance attributes shadow them): each
+        # was one Python frame more at every turn, ``ledger_record``'s passing a dozen
+        # keywords on. The signatures are the parts' own, the same as the methods'.
+        self.get = self._core.entries.get  # type: ignore[method-assign]
+        self.session_key_for = self._sessions.session_key_for  # type: ignore[method-assign]
+        self.clear_resume_pending = (  # type: ignore[method-assign]
+            self._sessions.clear_resume_pending)
+        self.begin_turn = self._turns.begin_turn  # type: ignore[method-assign]
+        self.begin_first_turn = self._turns.begin_first_turn  # type: ignore[method-assign]
+        self.accept_event = self._inbox.accept_event  # type: ignore[method-assign]
+        self.ledger_record = self._ledger.ledger_record  # type: ignore[method-assign]
+        self.ledger_finish_later = (  # type: ignore[method-assign]
+            self._ledger.ledger_finish_later)
 
     # -- the store as a whole ---------------------------------------------------------------
 

@@ -423,3 +423,61 @@ class TestIngressKeys:
         first.close()
         repeat = MessageEvent(source=dm("42", message_id="m1"), text="hi")
         assert make_store().accept_event(key, repeat) == event.event_id
+
+
+class TestTurnPathDelegations:
+    """The facade's turn-path methods are bound straight to the parts that do the work:
+    the same signatures as the documented methods, and the same behaviour."""
+
+    NAMES = ("get", "session_key_for", "clear_resume_pending", "begin_turn",
+             "begin_first_turn", "accept_event", "ledger_record", "ledger_finish_later")
+
+    @pytest.mark.parametrize("name", NAMES)
+    def test_same_signature_as_the_method(self, store, name):
+        import inspect
+
+        from hermes_actors.store.store import SessionStore
+
+        documented = inspect.signature(getattr(SessionStore, name))
+        bound = inspect.signature(getattr(store, name))
+        assert list(bound.parameters.values()) == list(documented.parameters.values())[1:]
+
+    def test_a_turn_through_them(self, store):
+        source = dm("7")
+        key = store.session_key_for(source)
+        event = _event("hi", chat="7")
+        assert store.accept_event(key, event) == event.event_id
+        token, entry = store.begin_first_turn(key, source, user_message={
+            "role": "user", "content": "hi"}, event_ids=[event.event_id])
+        assert store.get(key).session_id == entry.session_id
+        assert store.get(key).active_turn_token == token
+        oid = store.ledger_record(session_key=key, platform="telegram", chat_id="7",
+                                  thread_id=None, content="hello", kind="reply",
+                                  token=token, clear_turn=True, claim=True)
+        assert store.get(key).active_turn_token is None
+        done = threading.Event()
+        store.ledger_finish_later(oid, "delivered", on_done=done.set)
+        assert done.wait(5)
+        assert [row["state"] for row in store.ledger_rows(session_key=key)] == ["delivered"]
+        assert store.pending_inbox() == []
+
+
+class TestStoreClock:
+    """``ts()`` and ``now()`` read the store's clock: a fake one in tests, the system's by
+    default (then as C calls)."""
+
+    def test_a_fake_clock(self, store, clock):
+        assert store._core.ts() == clock.time()
+        assert store._core.now().timestamp() == clock.time()
+        assert store._core.now().tzinfo is not None
+
+    def test_the_system_clock(self, make_store):
+        import time
+
+        store = make_store(clock=None)
+        before = time.time()
+        ts, now = store._core.ts(), store._core.now()
+        after = time.time()
+        assert before <= ts <= after
+        assert before <= now.timestamp() <= after
+        assert now.utcoffset().total_seconds() == 0
