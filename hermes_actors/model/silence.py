@@ -46,4 +46,10 @@ def is_silence_marker(text: str | None) -> bool:
     """
     if not text or not isinstance(text, str):
         return False
+    upper = text.upper()
+    if "SILENT" not in upper and "REPLY" not in upper:
+        # Every marker has one of these words, unbroken by whitespace; ``upper()`` maps each
+        # character alone, so a marker's word stays a substring of the whole text's upper
+        # case. Most replies are decided here, without the walk over their edges.
+        return False
     return _normalise(text) in SILENCE_MARKERS

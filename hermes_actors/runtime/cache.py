@@ -210,7 +210,7 @@ class AgentCacheActor(LightActor):
         ``on_done()`` is called at the end, evictions included (a turn sends its checkin
         without waiting and counts it as outstanding work until then).
         """
-        with self._errands.together():
+        with self._errands:
             try:
                 self._checkin(session_key, session_id, agent, persisted)
             finally:
@@ -427,7 +427,8 @@ class AgentCacheActor(LightActor):
             call_agent("release_clients", session_key, agent.release_clients)
 
         self._errands.run(release)
-        log.debug("evicted session_key=%s reason=%s", session_key, reason)
+        if log.isEnabledFor(logging.DEBUG):  # (one frame less than debug() when off)
+            log.debug("evicted session_key=%s reason=%s", session_key, reason)
 
     def _retire(self, session_key: str, slot: _Slot) -> None:
         """Close an agent leaving the map at a boundary, or after its turn if it is out."""

@@ -397,15 +397,10 @@ class Gateway:
                                             "refused until it is back")
             self._inflight += 1
         try:
-            admission = self._accept(event, refusable)
+            admission = self._accept(event, refusable, counted=True)
         except StoreUnavailableError:
             self.ingress.refused("store_unavailable")
             raise
-        finally:
-            with self._lock:
-                self._inflight -= 1
-                if self._inflight == 0 and self._state == "stopping":
-                    self._lock.notify_all()  # only stop() waits, once it set "stopping"
         if admission.duplicate:
             self.ingress.refused("duplicate")
         elif admission.refused is not None:
@@ -414,42 +409,61 @@ class Gateway:
             self.ingress.accepted()
         return admission
 
-    def _accept(self, event: MessageEvent, refusable: bool = False) -> Admission:
-        key = self.store.session_key_for(event.source)
-        first = self.store.accept_event(key, event)
-        if first != event.event_id:
-            return Admission(first, key, duplicate=True)
-        crashpoint("after_message_accepted")  # durable, not yet acknowledged
-        answer = None
-        if self.cluster is not None:
-            # Durable in the shared inbox: its shard's owner dispatches it, in arrival
-            # order (here now when this node serves the shard, else the owner, woken by
-            # the accept's NOTIFY or at its poll).
-            if self.cluster.serves(key):
-                try:
-                    answer = self.cluster.catch_up(event.event_id if refusable else None)
-                except Exception:  # noqa: BLE001 - it is durable: the next poll takes it
-                    log.exception("event=cluster_dispatch_failed session_key=%s", key)
-        else:
-            with self._lock:
-                if self._gate_open or (event.internal and self._state == "running"):
-                    # internal wake-ups bypass the restore gate
-                    answer = self._dispatch(key, event, refusable)
-                elif self._state == "running":
-                    self._held.append((key, event))
-        if answer is None:
-            return Admission(event.event_id, key)
+    def _accept(self, event: MessageEvent, refusable: bool = False, *,
+                counted: bool = False) -> Admission:
+        """Make ``event`` durable and dispatch it. ``counted``: the caller counted it in
+        ``_inflight``, and it is counted out here once done with; a plain submit is done
+        with once dispatched, in the section that dispatches it (one lock section less a
+        message)."""
         try:
-            told = answer.get(timeout=_ANSWER_TIMEOUT)
-        except (pykka.ActorDeadError, pykka.Timeout):
-            # It is durable and will run (or replay after a restart); only its depth is
-            # unknown, and a refusal cannot be given any more.
-            log.warning("no answer from the session actor session_key=%s", key)
-            return Admission(event.event_id, key)
-        if told.refused is not None:
-            self.store.withdraw_event(event.event_id)
-        return Admission(event.event_id, key, refused=told.refused,
-                         queue_depth=told.queue_depth)
+            key = self.store.session_key_for(event.source)
+            first = self.store.accept_event(key, event)
+            if first != event.event_id:
+                return Admission(first, key, duplicate=True)
+            crashpoint("after_message_accepted")  # durable, not yet acknowledged
+            answer = None
+            if self.cluster is not None:
+                # Durable in the shared inbox: its shard's owner dispatches it, in arrival
+                # order (here now when this node serves the shard, else the owner, woken by
+                # the accept's NOTIFY or at its poll).
+                if self.cluster.serves(key):
+                    try:
+                        answer = self.cluster.catch_up(event.event_id if refusable else None)
+                    except Exception:  # noqa: BLE001 - it is durable: the next poll takes it
+                        log.exception("event=cluster_dispatch_failed session_key=%s", key)
+            else:
+                with self._lock:
+                    if counted and not refusable:  # (admit() still withdraws a refusal)
+                        counted = False
+                        self._count_out()
+                    if self._gate_open or (event.internal and self._state == "running"):
+                        # internal wake-ups bypass the restore gate
+                        answer = self._dispatch(key, event, refusable)
+                    elif self._state == "running":
+                        self._held.append((key, event))
+            if answer is None:
+                return Admission(event.event_id, key)
+            try:
+                told = answer.get(timeout=_ANSWER_TIMEOUT)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                # It is durable and will run (or replay after a restart); only its depth is
+                # unknown, and a refusal cannot be given any more.
+                log.warning("no answer from the session actor session_key=%s", key)
+                return Admission(event.event_id, key)
+            if told.refused is not None:
+                self.store.withdraw_event(event.event_id)
+            return Admission(event.event_id, key, refused=told.refused,
+                             queue_depth=told.queue_depth)
+        finally:
+            if counted:
+                with self._lock:
+                    self._count_out()
+
+    def _count_out(self) -> None:
+        """A submit past the state check is done with (under ``_lock``)."""
+        self._inflight -= 1
+        if self._inflight == 0 and self._state == "stopping":
+            self._lock.notify_all()  # only stop() waits, once it set "stopping"
 
     def _submit_internal(self, event: MessageEvent) -> None:
         """A delegation completion: durable even while stopping (replayed next start)."""

@@ -100,9 +100,8 @@ class SessionActor(LightActor):
             log.exception("session actor error session_key=%s", self.session_key)
             return None
         finally:
-            self._sync_busy()
-            if isinstance(message, Inbound):
-                self._s.tracker.done()
+            # An inbound event holds a unit of the tracker from its dispatch until here
+            self._sync_busy(isinstance(message, Inbound))
 
     def on_stop(self) -> None:
         self._release_busy()
@@ -144,8 +143,8 @@ class SessionActor(LightActor):
     def _check_handled(self, event: MessageEvent, effects: list) -> None:
         """Every accepted event ends queued or consumed; one that did not would replay at
         every start."""
-        queued = {i for item in self.core.queue.items() for i in item.event_ids}
-        if event.event_id in queued or event.event_id in settled_event_ids(effects):
+        if event.event_id in settled_event_ids(effects) or any(
+                event.event_id in item.event_ids for item in self.core.queue.items()):
             return
         log.error("event %s was neither queued nor answered (session_key=%s); consuming it "
                   "as unhandled", event.event_id, self.session_key)
@@ -190,8 +189,9 @@ class SessionActor(LightActor):
 
     def _on_turn_finished(self, effect: TurnFinished) -> None:
         self._s.turn_counters.finished(effect.status, effect.seconds)
-        log.debug("turn finished session_key=%s status=%s seconds=%.3f",
-                  self.session_key, effect.status, effect.seconds)
+        if log.isEnabledFor(logging.DEBUG):  # (one frame less than debug() when off)
+            log.debug("turn finished session_key=%s status=%s seconds=%.3f",
+                      self.session_key, effect.status, effect.seconds)
 
     def _start_turn(self, start: StartTurn) -> None:
         turn = RunningTurn(start.turn_id, start.item, started=self._s.clock.monotonic())
@@ -293,16 +293,24 @@ class SessionActor(LightActor):
             self._s.queued.add(depth - self._reported_depth)
             self._reported_depth = depth
 
-    def _sync_busy(self) -> None:
+    def _sync_busy(self, inbound: bool) -> None:
+        """Report the queue's depth; hold a unit of the tracker while busy. ``inbound``:
+        the message was an event, whose unit is released here, or kept as the busy one
+        when the actor becomes busy with it (never a moment at zero either way)."""
         depth = self.core.queue.depth
         if depth != self._reported_depth:
             self._report_depth(depth)
         busy = self.core.busy
         if busy and not self._holding:
-            self._s.tracker.add()
+            if inbound:
+                inbound = False
+            else:
+                self._s.tracker.add()
             self._holding = True
         elif not busy and self._holding:
             self._release_busy()
+        if inbound:
+            self._s.tracker.done()
 
     def _release_busy(self) -> None:
         if self._holding:

@@ -61,3 +61,16 @@ class TestIsSilenceMarker:
 
     def test_notice_text(self):
         assert SILENCE_NOTICE == "The agent chose not to reply."
+
+
+@pytest.mark.parametrize("text", [
+    "[SILENT]", "ſilent", "no\u00a0reply", "NO\u2003REPLY", "ＳＩＬＥＮＴ", "ß SILENT ß",
+    "«silent»", "no reply!!", "reply", "silent night", "The agent is SILENT", "x" * 500,
+    "*" * 40 + "no_reply" + "*" * 40, "\u200bSILENT\u200b",
+])
+def test_the_quick_rejection_agrees_with_the_whole_check(text):
+    """A text is a marker exactly when its normalised form is one: the test on the upper
+    case (the fast path) never rejects a marker."""
+    from hermes_actors.model.silence import SILENCE_MARKERS, _normalise
+
+    assert is_silence_marker(text) == (_normalise(text) in SILENCE_MARKERS)

@@ -25,9 +25,9 @@ def test_errands_run_in_the_order_handed_over(errands):
 def test_errands_handed_over_together_go_when_the_block_ends(errands):
     ran = []
     errands.run(lambda: ran.append("before"))
-    with errands.together():
+    with errands:
         errands.run(lambda: ran.append("a"))
-        with errands.together():  # nested: the outer block sends
+        with errands:  # nested: the outer block sends
             errands.run(lambda: ran.append("b"))
         errands.run(lambda: ran.append("c"))
         errands.settle(timeout=5)  # the worker has had everything handed over so far
@@ -39,7 +39,7 @@ def test_errands_handed_over_together_go_when_the_block_ends(errands):
 
 def test_a_block_that_raises_still_hands_its_errands_over(errands):
     ran = []
-    with pytest.raises(RuntimeError), errands.together():
+    with pytest.raises(RuntimeError), errands:
         errands.run(lambda: ran.append("kept"))
         raise RuntimeError("the caller's failure")
     errands.settle(timeout=5)

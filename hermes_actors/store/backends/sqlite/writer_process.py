@@ -102,9 +102,11 @@ def encode_ops(ops: list[Any]) -> bytes:
     """One op list as bytes for the child: ``marshal`` of ``(code, *fields)`` tuples (4 ×
     faster than pickle on the hub), or a pickle when a value is not a plain built-in type.
     Raises ``StoreError`` when the list cannot be sent at all."""
+    rows = []
     try:
-        return _MARSHAL + marshal.dumps([(_CODES[type(op)], *op.__dict__.values())
-                                         for op in ops])
+        for op in ops:  # (a loop, not a comprehension: one frame less a list)
+            rows.append((_CODES[type(op)], *op.__dict__.values()))
+        return _MARSHAL + marshal.dumps(rows)
     except (KeyError, ValueError, TypeError, AttributeError):
         pass  # an op of another type, or a value marshal cannot carry
     try:
@@ -349,7 +351,7 @@ class WriterProcess:
     def apply(self, ops: list[Any]) -> Any:
         """Commit ``ops`` as one transaction (grouped with others); its results, or raise."""
         blob = encode_ops(ops)
-        if self._in_hub():
+        if self._native_ident() == self._hub_thread:  # (in the hub: _in_hub(), inlined)
             waiter = self._waiter()
             self._submit(blob, waiter)
             ok, value = waiter.get()
@@ -363,7 +365,7 @@ class WriterProcess:
         """:meth:`apply` without waiting: ``callback(ok, value)`` runs in the hub once
         committed (or once it failed)."""
         blob = encode_ops(ops)
-        if self._in_hub():
+        if self._native_ident() == self._hub_thread:  # (in the hub: _in_hub(), inlined)
             self._submit(blob, callback)
         else:
             callback(*self._from_other_thread(lambda finished: self._submit(blob, finished)))
