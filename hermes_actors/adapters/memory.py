@@ -6,6 +6,7 @@ import itertools
 import threading
 from dataclasses import dataclass
 
+from hermes_actors._green import new_rlock
 from hermes_actors.adapters.base import SendResult
 from hermes_actors.model.platform import normalize_platform
 from hermes_actors.model.source import SessionSource
@@ -43,7 +44,9 @@ class InMemoryAdapter:
         #: Failed attempts, in order.
         self.failed: list[SentMessage] = []
         self._ids = itertools.count(1)
-        self._cond = threading.Condition()
+        # gevent's re-entrant lock under gevent (threading's default there is its pure-Python
+        # fallback, a few frames per use, and every send takes it)
+        self._cond = threading.Condition(new_rlock())
 
     def send(self, target: SessionSource, text: str) -> SendResult:
         """Record the send; fail when disconnected or told to fail."""

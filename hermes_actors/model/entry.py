@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from hermes_actors._green import brief_lock
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import isoformat, parse_timestamp, utc_now
 
@@ -36,7 +36,7 @@ class _Suffixes:
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = brief_lock()  # (a few statements; under gevent a native lock: a C call)
         self.prefix = secrets.randbits(16)
         self.counter = secrets.randbits(16)
 

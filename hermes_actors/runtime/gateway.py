@@ -416,8 +416,9 @@ class Gateway:
         with once dispatched, in the section that dispatches it (one lock section less a
         message)."""
         try:
-            key = self.store.session_key_for(event.source)
-            first = self.store.accept_event(key, event)
+            store = self.store
+            key = store.session_key_for(event.source)
+            first = store.accept_event(key, event)
             if first != event.event_id:
                 return Admission(first, key, duplicate=True)
             crashpoint("after_message_accepted")  # durable, not yet acknowledged
@@ -451,7 +452,7 @@ class Gateway:
                 log.warning("no answer from the session actor session_key=%s", key)
                 return Admission(event.event_id, key)
             if told.refused is not None:
-                self.store.withdraw_event(event.event_id)
+                store.withdraw_event(event.event_id)
             return Admission(event.event_id, key, refused=told.refused,
                              queue_depth=told.queue_depth)
         finally:
