@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import queue
 import sys
+import threading
+import uuid
 from collections import deque
 from typing import Any
 
@@ -179,8 +181,13 @@ class LightActor(pykka.ThreadingActor):
     """A ``ThreadingActor`` that is a bare greenlet under gevent (see module doc), with a
     :class:`LightRef` for its ref."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        # pykka's ``Actor.__init__`` (pykka 4), with a LightRef for its ref: calling it and
+        # then replacing the ref built two refs an actor (a test holds the attributes to
+        # pykka's own).
+        self.actor_urn = uuid.uuid4().urn
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = threading.Event()
         self._actor_ref = LightRef(self)
 
     @staticmethod

@@ -159,6 +159,23 @@ def test_without_gevent_it_is_a_threading_actor():
         ref.stop()
 
 
+def test_a_light_actor_is_made_as_pykka_makes_an_actor():
+    """``LightActor.__init__`` stands in for pykka's: the same attributes, of the same
+    kinds (only its ref is a LightRef)."""
+    class Plain(pykka.ThreadingActor):
+        pass
+
+    class Light(LightActor):
+        pass
+
+    plain, light = Plain(), Light()
+    assert set(vars(light)) == set(vars(plain))
+    for name, value in vars(plain).items():
+        assert isinstance(getattr(light, name), type(value)), name
+    assert type(light.actor_ref) is LightRef and light.actor_ref.actor_urn == light.actor_urn
+    assert light.actor_urn.startswith("urn:uuid:") and light.actor_urn != plain.actor_urn
+
+
 def test_a_light_actors_ref_sends_as_pykkas_does():
     """``LightRef``: tells arrive in order, asks answer (or raise the handler's error), and
     a stopped actor refuses both as pykka's ref does (the ask through its future)."""
