@@ -16,6 +16,10 @@ free of start-up and shutdown::
 Each size runs 30-100 s under callgrind. Needs ``valgrind`` on the PATH (a system package,
 not a Python one). Under callgrind the gateway is ~50x slower than the writer, so frames
 carry fewer op lists than in a timed run: compare trees with this, not with the timings.
+The ``sessions.json`` mirror's timer is off in the measured runs: it renders every entry
+every 5 s of wall time, so under callgrind it ran ~50x as often a turn as in a timed run and
+its share (about 100,000 instructions a turn at 4,000 sessions, with the run's length)
+blurred the turn's own.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from hermes_actors._green.monkey import patch_all
 patch_all()
 from benchmarks.scenarios.throughput import runtime_turns
 from benchmarks.util import Progress
+from hermes_actors.store.store import SessionStore
+SessionStore.__init__.__kwdefaults__["mirror_interval"] = None  # no mirror timer (see doc)
 with tempfile.TemporaryDirectory() as home:
     runtime_turns(pathlib.Path(home) / "h", int(sys.argv[1]), 3, Progress("turns"))
 """
