@@ -137,14 +137,7 @@ class GreenFuture(pykka.Future):
         super().set_get_hook(func)
 
 
-def _envelope(message: Any, reply_to: pykka.Future | None) -> Envelope:
-    """pykka's envelope, made without a Python frame for its ``__init__``."""
-    envelope = _new_envelope(Envelope)
-    envelope.message = message
-    envelope.reply_to = reply_to
-    return envelope
-
-
+#: Makes pykka's (slotted) envelope without running its ``__init__``: a C call.
 _new_envelope = object.__new__
 
 
@@ -160,7 +153,9 @@ class LightRef(pykka.ActorRef):
         """See ``pykka.ActorRef.tell``."""
         if self.actor_stopped.is_set():
             raise pykka.ActorDeadError(f"{self} not found")
-        self.actor_inbox.put(_envelope(message, None))
+        envelope = _new_envelope(Envelope)
+        envelope.message, envelope.reply_to = message, None
+        self.actor_inbox.put(envelope)
 
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
         """See ``pykka.ActorRef.ask``."""
@@ -171,7 +166,9 @@ class LightRef(pykka.ActorRef):
             except pykka.ActorDeadError:
                 future.set_exception()
         else:
-            self.actor_inbox.put(_envelope(message, future))
+            envelope = _new_envelope(Envelope)
+            envelope.message, envelope.reply_to = message, future
+            self.actor_inbox.put(envelope)
         if block:
             return future.get(timeout=timeout)
         return future

@@ -62,12 +62,8 @@ class Errands:
         if self._depth:
             return
         held, self._held = self._held, None
-        if held is None:  # pragma: no cover - set by __enter__
-            return
-        if len(held) == 1:
-            self._ref.tell(held[0])
-        elif held:
-            self._ref.tell(held)
+        if held:
+            self._ref.tell(held[0] if len(held) == 1 else held)
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait until every errand handed over so far has run."""
