@@ -120,7 +120,10 @@ class TestRefusals:
         assert sent.params["text"] == "echo: slow down"
         bot_api.message(private(13), "you are blocked")
         bot_api.message(private(14), "after")
-        bot_api.wait_sent(1, 14)  # the blocked chat's turn ran before this one's reply
+        bot_api.wait_sent(1, 14)
+        # Two sessions: nothing orders the blocked chat's attempt before the other's reply
+        bot_api.wait_for(lambda: [c for c in bot_api.calls
+                                  if c.method == "sendMessage" and c.params["chat_id"] == "13"])
         blocked = [c for c in bot_api.of("sendMessage") if c.params["chat_id"] == "13"]
         assert len(blocked) == 1  # no retry storm
         assert gateway.stop() == 0
