@@ -88,11 +88,10 @@ class GreenFuture(pykka.Future):
 
     def __init__(self) -> None:
         super().__init__()
-        if GreenFuture._Event is None:
-            import gevent.event
-
-            GreenFuture._Event = gevent.event.Event
-        self._done = self._Event()
+        #: gevent's event, made by the first ``get`` that has to wait: most answers are set
+        #: before anyone asks for them (a turn's agent checkout is answered while the turn's
+        #: start commits), and making an event was 2 % of a turn.
+        self._done: Any = None
         self._result: tuple[Any, Any] | None = None
 
     def get(self, *, timeout: float | None = None) -> Any:
@@ -101,10 +100,20 @@ class GreenFuture(pykka.Future):
             return super().get(timeout=timeout)
         # (pykka's own get() answers a future without a hook by raising NotImplementedError,
         # which cost a raise and a catch at every ask before this test)
-        if not self._done.wait(timeout):
-            raise pykka.Timeout(f"{timeout} seconds")
-        assert self._result is not None  # set before the event
-        value, exc_info = self._result
+        result = self._result
+        if result is None:
+            done = self._done
+            if done is None:
+                if GreenFuture._Event is None:
+                    import gevent.event
+
+                    GreenFuture._Event = gevent.event.Event
+                done = self._done = self._Event()
+            if not done.wait(timeout):
+                raise pykka.Timeout(f"{timeout} seconds")
+            result = self._result
+            assert result is not None  # set before the event
+        value, exc_info = result
         if exc_info is not None:
             exc_type, exc_value, exc_traceback = exc_info
             if exc_value is None:
@@ -119,7 +128,8 @@ class GreenFuture(pykka.Future):
         if self._result is not None or self._get_hook is not None:
             raise queue.Full
         self._result = (value, None)
-        self._done.set()
+        if self._done is not None:  # (a getter waits)
+            self._done.set()
 
     def set_exception(self, exc_info: Any = None) -> None:
         """Resolve with an exception (``sys.exc_info()`` by default; once)."""
@@ -128,7 +138,8 @@ class GreenFuture(pykka.Future):
         if self._result is not None or self._get_hook is not None:
             raise queue.Full
         self._result = (None, exc_info)
-        self._done.set()
+        if self._done is not None:
+            self._done.set()
 
     def set_get_hook(self, func: Any) -> None:
         """See ``pykka.Future.set_get_hook``."""

@@ -11,7 +11,6 @@ the ledger alone.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +60,8 @@ class RunningTurn:
     item: Queued
     #: Monotonic clock reading when the turn started (for the agent timeout).
     started: float = 0.0
-    interrupted: threading.Event = field(default_factory=threading.Event)
+    #: Set (under ``lock``) once the turn was asked to stop; nothing waits on it.
+    interrupted: bool = False
     reason: str | None = None
     #: Set once ``begin_turn`` committed (the inbox rows are consumed from then on).
     began: bool = False
@@ -73,9 +73,9 @@ class RunningTurn:
     def interrupt(self, reason: str | None) -> None:
         """Ask the turn to stop; safe before the agent is attached."""
         with self.lock:
-            if self.interrupted.is_set():
+            if self.interrupted:
                 return
-            self.interrupted.set()
+            self.interrupted = True
             self.reason = reason
             agent = self.agent
         if agent is not None:
@@ -85,7 +85,7 @@ class RunningTurn:
         """Record the agent; interrupt it at once if the turn was already interrupted."""
         with self.lock:
             self.agent = agent
-            already = self.interrupted.is_set()
+            already = self.interrupted
         if already:
             _safe_interrupt(agent, self.reason)
 
@@ -203,7 +203,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 _delegate=lambda fn, label="task": _delegate(services, key, session_id, event,
                                                              fn, label),
             )
-            if turn.interrupted.is_set():
+            if turn.interrupted:
                 # Interrupted before the agent began (/stop, a follow-up, a drain): the user
                 # message is in the transcript, the agent is not run.
                 raise _NotRun
@@ -254,7 +254,7 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
                 internal=internal, touch_activity=not internal)
             return entry, token, None
         except SessionExistsError:
-            if turn.interrupted.is_set() and turn.reason == "/new":
+            if turn.interrupted and turn.reason == "/new":
                 # /new (or /reset) interrupted this turn, then created the session: the
                 # message it dropped must not start a turn in the new session.
                 store.consume_events(list(ids), "dropped")

@@ -145,6 +145,58 @@ def test_green_inbox_is_a_fifo_with_one_waiting_reader():
     assert child_output(INBOX_CHILD) == "ok"
 
 
+FUTURE_CHILD = r"""
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from hermes_actors._green.actor import GreenFuture
+
+# Answered before anyone asks: no event is ever made, the answer is there.
+early = GreenFuture()
+early.set("early")
+assert early._done is None and early.get() == "early" and early._done is None
+
+# A getter that waits (one event, made by it) is woken by the answer, and so is a second.
+late, got = GreenFuture(), []
+waiters = [gevent.spawn(lambda: got.append(late.get(timeout=5))) for _ in range(2)]
+gevent.sleep(0)
+assert got == [] and late._done is not None
+late.set("late")
+gevent.joinall(waiters, timeout=5)
+assert got == ["late", "late"], got
+
+# An exception reaches the getter, set before or while it waits.
+failed = GreenFuture()
+try:
+    raise KeyError("before")
+except KeyError:
+    failed.set_exception()
+try:
+    failed.get()
+except KeyError as exc:
+    assert exc.args == ("before",)
+else:
+    raise AssertionError("the exception must reach the getter")
+waiting = GreenFuture()
+errors = []
+def wait_for_error():
+    try:
+        waiting.get(timeout=5)
+    except LookupError as exc:
+        errors.append(exc.args)
+worker = gevent.spawn(wait_for_error)
+gevent.sleep(0)
+waiting.set_exception((LookupError, LookupError("while"), None))
+worker.join(5)
+assert errors == [("while",)], errors
+print("ok")
+"""
+
+
+def test_green_future_answers_early_and_late_getters():
+    assert child_output(FUTURE_CHILD) == "ok"
+
+
 def test_without_gevent_it_is_a_threading_actor():
     class Echo(LightActor):
         def on_receive(self, message):
