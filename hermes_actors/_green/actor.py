@@ -82,7 +82,8 @@ class GreenInbox:
 
 
 class GreenFuture(pykka.Future):
-    """A pykka future on a gevent event, for greenlets of one hub (see module doc)."""
+    """A pykka future for greenlets of one hub (see module doc), on a gevent event that the
+    first ``get`` which has to wait makes."""
 
     _Event: Any = None  # gevent's, imported with the first future
 

@@ -12,7 +12,7 @@ transaction: a turn start (marker + user message + inbox consumption) is one lis
   commit merges several callers' lists into one transaction without changing any caller.
 
 Every field is positional and of a plain built-in type: the SQLite writer process receives
-op lists as ``marshal`` data.
+op lists as pickled ``(code, *fields)`` tuples.
 
 Times are epoch seconds taken from the store's clock, so backends never read a clock.
 """
