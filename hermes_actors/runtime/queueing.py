@@ -117,7 +117,9 @@ class SessionQueue:
         """``/stop``: drop a human follow-up in the slot (not a ``/queue`` item).
 
         Returns the dropped item. When one was dropped, the first internal item waiting in
-        the overflow is promoted into the slot so a wake-up is never stranded.
+        the overflow is promoted into the slot so a wake-up is never stranded; with none,
+        the overflow head is (the slot is never empty while the overflow is not, or the
+        next ``enqueue_fifo`` would run ahead of everything waiting).
         """
         slot = self.pending_slot
         if slot is None or slot.kind != "followup":
@@ -140,3 +142,5 @@ class SessionQueue:
                 del self.overflow[index]
                 self.pending_slot = item
                 return
+        if self.overflow:
+            self.pending_slot = self.overflow.popleft()

@@ -132,6 +132,25 @@ class TestStop:
         h.idle()
         assert h.seen() == ["hold g", "q1", "q2"]
 
+    def test_messages_after_stop_run_behind_those_waiting(self, make_harness):
+        # queue mode: m1 waits in the slot, m2 behind it; /stop drops m1; m3 comes after m2
+        h = make_harness(busy_input_mode="queue")
+        h.hold("g")
+        for text in ("m1", "m2", "/stop", "m3"):
+            h.send(text)
+        h.gates.open("g")
+        h.idle()
+        assert h.seen() == ["hold g", "m2", "m3"]
+
+    def test_queue_item_after_stop_runs_last(self, make_harness):
+        h = make_harness()
+        h.hold("g")
+        for text in ("/queue q1", "follow", "/queue q2", "/stop", "/queue q3"):
+            h.send(text)
+        h.gates.open("g")
+        h.idle()
+        assert h.seen() == ["hold g", "q1", "q2", "q3"]
+
     def test_wakeup_not_stranded(self, make_harness):
         h = make_harness()
         h.hold("g")

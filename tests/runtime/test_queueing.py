@@ -108,6 +108,20 @@ class TestStopAndNew:
         assert q.discard_followup() is None
         assert texts(q) == ["q1", "q2"]
 
+    def test_stop_without_internal_items_keeps_queue_order(self):
+        # the follow-up held the slot and /queue items wait behind it: once it is dropped
+        # the overflow head takes the slot, so a later /queue item runs after them
+        q = SessionQueue()
+        q.enqueue_fifo(Queued.of(ev("f"), "followup"))
+        q.enqueue_fifo(Queued.of(ev("q1"), "queued"))
+        q.enqueue_fifo(Queued.of(ev("q2"), "queued"))
+        assert q.discard_followup().event.text == "f"
+        q.enqueue_fifo(Queued.of(ev("q3"), "queued"))
+        order = []
+        while (item := q.take_next()) is not None:
+            order.append(item.event.text)
+        assert order == ["q1", "q2", "q3"]
+
     def test_new_keeps_only_internal_in_order(self):
         q = SessionQueue()
         q.merge_followup(Queued.of(ev("f"), "followup"))
@@ -131,6 +145,8 @@ class TestStopAndNew:
 
 
 _ops = st.lists(st.sampled_from(["queue", "internal", "take"]), max_size=60)
+_all_ops = st.lists(st.sampled_from(["queue", "internal", "followup", "take", "stop", "new"]),
+                    max_size=60)
 
 
 class TestFifoProperty:
@@ -151,3 +167,25 @@ class TestFifoProperty:
                 model.append(text)
             assert q.depth == len(model)
         assert out == model_out
+
+
+class TestSlotInvariant:
+    """The slot is never empty while the overflow holds items (whatever the operations):
+    otherwise the next ``enqueue_fifo`` would run ahead of everything already waiting."""
+
+    @given(_all_ops)
+    def test_slot_filled_whenever_overflow_is(self, ops):
+        q = SessionQueue()
+        for n, op in enumerate(ops):
+            if op == "take":
+                q.take_next()
+            elif op == "stop":
+                q.discard_followup()
+            elif op == "new":
+                q.clear_human()
+            elif op == "followup":
+                q.merge_followup(Queued.of(ev(f"f{n}"), "followup"))
+            else:
+                q.enqueue_fifo(Queued.of(ev(f"{op}{n}", internal=op == "internal"),
+                                         "internal" if op == "internal" else "queued"))
+            assert q.pending_slot is not None or not q.overflow, texts(q)
