@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import pykka
+
 from hermes_actors._green.actor import LightActor
 from hermes_actors.runtime.errands import Errands
 from hermes_actors.runtime.eviction import (
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from hermes_actors.config import AgentCacheConfig
 
 __all__ = ["EVICTION_REASONS", "PRESSURE_CHECK_GROWTH_BYTES", "AgentCacheActor",
-           "CacheStatistics", "Checkin", "Checkout"]
+           "CacheStatistics", "Checkin", "Checkout", "wait_settled"]
 
 log = logging.getLogger("hermes_actors.cache")
 
@@ -159,6 +161,8 @@ class AgentCacheActor(LightActor):
         self._probe_failed = False
         self._budget = self._resolve_budget()
         self._errands = Errands()
+        #: Set by ``close_all``: from then on an agent checked in is closed, never cached.
+        self._shut = False
 
     def on_stop(self) -> None:
         """Let the errands handed over run, then stop their worker."""
@@ -224,6 +228,9 @@ class AgentCacheActor(LightActor):
             if not retired.closed:
                 self._close(session_key, agent)
             return
+        if self._shut:  # a turn that outlived the shutdown's close: its agent is the last
+            self._close(session_key, agent)
+            return
         slot = self._slots.get(session_key)
         if self._ended(session_key, session_id):
             # The conversation this agent served ended while a turn held it (/new, /reset,
@@ -287,8 +294,12 @@ class AgentCacheActor(LightActor):
     def close_all(self) -> int:
         """Close every agent, cached or retired (shutdown); returns how many were closed.
 
-        An agent still out is closed too and a late checkin of it is ignored.
+        An agent still out is closed too and a late checkin of it is ignored; an agent
+        checked in later that the cache never held (a turn that outlived the drain, on a
+        fresh agent) is closed at its checkin. The closes run off the mailbox: wait for
+        them with :func:`wait_settled`.
         """
+        self._shut = True
         count = 0
         for key, slot in list(self._slots.items()):
             self._close(key, slot.agent)
@@ -301,13 +312,13 @@ class AgentCacheActor(LightActor):
                 self._close("(retired)", retired.agent)
                 retired.closed = True
                 count += 1
-        self._errands.settle()  # shutdown waits for the agents to be closed
         return count
 
-    def settle(self) -> None:
-        """Wait until the releases and closes decided so far have been carried out (tests,
-        operators)."""
-        self._errands.settle()
+    def settle(self) -> pykka.Future:
+        """A future answered once the releases and closes decided so far have been carried
+        out. The mailbox does not wait for them (a turn's checkout would, behind an agent's
+        slow ``commit_memory``): the caller waits, with :func:`wait_settled`."""
+        return self._errands.settled()
 
     # -- housekeeping ---------------------------------------------------------------------
 
@@ -440,3 +451,10 @@ class AgentCacheActor(LightActor):
     def _close(self, session_key: str, agent: Any) -> None:
         self._closed += 1
         self._errands.run(lambda: call_agent("agent close", session_key, agent.close))
+
+
+def wait_settled(cache: Any, timeout: float | None = None) -> None:
+    """Wait, outside the cache's mailbox, until the releases and closes the cache (a proxy
+    of :class:`AgentCacheActor`) decided so far have run: ``pykka.Timeout`` after
+    ``timeout`` seconds at each of the two steps."""
+    cache.settle().get(timeout=timeout).get(timeout=timeout)

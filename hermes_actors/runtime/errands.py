@@ -3,15 +3,18 @@
 The agent cache decides in its mailbox which agents to release or close, but the calls
 themselves (``commit_memory`` reads a whole transcript from the store, ``close`` may end a
 browser) are agent code of unknown speed: they go to this one worker actor, which runs them
-in the order they were handed over. An actor waits for them only where it must
-(:meth:`Errands.settle`, e.g. at shutdown); a caller that needs to know when its own
-errands are done hands over a completion callback as the last errand.
+in the order they were handed over. The owning actor never waits for them in its mailbox:
+:meth:`Errands.settled` gives it a future to hand to whoever waits (housekeeping, shutdown),
+and a caller that needs to know when its own errands are done hands over a completion
+callback as the last errand.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import pykka
 
 from hermes_actors._green.actor import LightActor
 
@@ -65,9 +68,10 @@ class Errands:
         if held:
             self._ref.tell(held[0] if len(held) == 1 else held)
 
-    def settle(self, timeout: float | None = None) -> None:
-        """Wait until every errand handed over so far has run."""
-        self._ref.ask(None, timeout=timeout)
+    def settled(self) -> pykka.Future:
+        """A future answered once every errand handed over so far has run (asking for it
+        does not wait)."""
+        return self._ref.ask(None, block=False)
 
     def stop(self) -> None:
         """Stop the worker once the errands handed over so far have run."""

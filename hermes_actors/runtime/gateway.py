@@ -24,7 +24,7 @@ from hermes_actors.config import GatewayConfig, load_config
 from hermes_actors.errors import HermesActorsError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
-from hermes_actors.runtime.cache import AgentCacheActor
+from hermes_actors.runtime.cache import AgentCacheActor, wait_settled
 from hermes_actors.runtime.clock import SystemClock
 from hermes_actors.runtime.counters import IngressCounters, QueueGauge, TurnCounters
 from hermes_actors.runtime.crash import crashpoint
@@ -313,7 +313,7 @@ class Gateway:
             ("delegations", services.delegations.cancel_all),
             ("actors", self._live_router.stop_all),
             ("notices", services.notices.stop),
-            ("agents", lambda: services.cache.close_all().get(timeout=30)),
+            ("agents", lambda: _close_agents(services.cache)),
             ("cache", lambda: services.cache.actor_ref.stop(timeout=10)),
             ("mirror", self.store.flush),
             # the last write: the node's state lives in the store's backend
@@ -590,7 +590,11 @@ class Gateway:
         cache = self._live_services.cache
         cache.sweep_idle().get()
         cache.sweep_memory().get()
-        cache.settle().get()  # the releases run off the cache's mailbox: the pass ends with them
+        try:  # the releases run off the cache's mailbox: the pass ends with them
+            wait_settled(cache, timeout=_SETTLE_TIMEOUT)
+        except pykka.Timeout:  # an agent's commit_memory or close hangs: turns go on
+            log.warning("housekeeping: the agents' releases are still running after %.0f s",
+                        _SETTLE_TIMEOUT)
         if self.cluster is None:
             self._supervisor.sweep_ledger().get()
         else:  # only the rows of the shards served here
@@ -603,6 +607,16 @@ class Gateway:
             self.store.inbox_prune(7)
             if pruned:
                 log.info("housekeeping pruned=%d routing entries", pruned)
+
+
+#: How long a housekeeping pass, or the shutdown, waits for the agents' releases and closes.
+_SETTLE_TIMEOUT = 30.0
+
+
+def _close_agents(cache: Any) -> None:
+    """The shutdown's close of every agent, waited for off the cache's mailbox."""
+    cache.close_all().get(timeout=_SETTLE_TIMEOUT)
+    wait_settled(cache, timeout=_SETTLE_TIMEOUT)
 
 
 def _get(future: pykka.Future, timeout: float = 10.0) -> Any:

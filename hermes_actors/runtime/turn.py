@@ -173,7 +173,14 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     crashpoint("after_user_persisted")
     session_id = entry.session_id
     agent = None
+    fresh = False  # an agent from the factory, not the cache's
     persisted = False
+    emitted = [0]  # bytes the agent added to the transcript (tool output, …)
+
+    def emitter(message_: dict[str, Any]) -> None:
+        emitted[0] += _size(message_)
+        store.append_message(session_id, message_, turn_token=token)
+
     error: BaseException | None = None
     result = TurnResult(None, "failed")
     try:
@@ -186,7 +193,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 session_key=key, shared=shared,  # (the actor's key is the source's)
             )
             if agent is None:
-                agent = services.agent_factory(context)
+                agent, fresh = services.agent_factory(context), True
             turn.attach(agent)
             request = TurnRequest(
                 session_key=key,
@@ -199,7 +206,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 ),
                 internal=internal,
                 media_urls=event.media_urls,
-                _emit=lambda m: store.append_message(session_id, m, turn_token=token),
+                _emit=emitter,
                 _delegate=lambda fn, label="task": _delegate(services, key, session_id, event,
                                                              fn, label),
             )
@@ -226,17 +233,25 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     finally:
         if agent is not None:
             # An agent whose turn was not fully persisted is never released by the cache.
-            _check_in(services, key, session_id, agent, persisted=persisted)
-    grown = len(message.encode()) + len((result.reply or "").encode())
-    if should_check_pressure(grown):
-        services.cache.check_pressure()
-    if result.status == "completed" and error is None:
-        try:
+            _check_in(services, key, session_id, agent, persisted=persisted, fresh=fresh)
+    try:  # the answer is settled: what follows is bookkeeping, logged when it fails
+        grown = len(message.encode()) + len((result.reply or "").encode()) + emitted[0]
+        if should_check_pressure(grown):
+            services.cache.check_pressure()
+        if result.status == "completed" and error is None:
             store.clear_resume_pending(key)  # no write unless the flag is set
             services.on_turn_succeeded(key)
-        except Exception:  # noqa: BLE001 - the answer went out; bookkeeping is logged
-            log.exception("post-turn bookkeeping failed session_key=%s", key)
+    except Exception:  # noqa: BLE001
+        log.exception("post-turn bookkeeping failed session_key=%s", key)
     return TurnOutcome(result.status, session_id)
+
+
+def _size(message: dict[str, Any]) -> int:
+    """About how many bytes a message adds to a transcript (its text, else its form)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return len(content.encode("utf-8", "replace"))
+    return len(repr(message))
 
 
 def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
@@ -295,17 +310,22 @@ def _request_agent(services: Services, key: str, session_id: str) -> pykka.Futur
 
 
 def _check_in(services: Services, key: str, session_id: str, agent: Any, *,
-              persisted: bool | None) -> None:
+              persisted: bool | None, fresh: bool = False) -> None:
     """Give the agent back to the cache. Sent without waiting (the session's next checkout
     queues behind it in the cache's mailbox); counted until done, so ``wait_idle()`` covers
-    its evictions."""
+    its evictions. With the cache stopped (a turn that outlived the shutdown), an agent
+    the cache never held (``fresh``) is closed here: nobody else would; one it held was
+    closed by its ``close_all``."""
     tracker = services.tracker
     tracker.add()
     try:
         services.cache.actor_ref.tell(Checkin(key, session_id, agent, persisted, tracker.done))
     except pykka.ActorDeadError:
         tracker.done()
-        raise
+        log.warning("the agent cache has stopped: the agent is not checked in "
+                    "session_key=%s", key)
+        if fresh:
+            call_agent("agent close", key, agent.close)
 
 
 def _return_unused(services: Services, key: str, session_id: str, checkout: Any) -> None:

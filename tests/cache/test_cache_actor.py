@@ -9,7 +9,13 @@ import pykka
 import pytest
 
 from hermes_actors.config import AgentCacheConfig
-from hermes_actors.runtime.cache import AgentCacheActor, CacheStatistics, Checkin, Checkout
+from hermes_actors.runtime.cache import (
+    AgentCacheActor,
+    CacheStatistics,
+    Checkin,
+    Checkout,
+    wait_settled,
+)
 from hermes_actors.runtime.memory import MB
 from hermes_actors.testing import FakeClock, FakeMemoryProbe
 
@@ -78,7 +84,7 @@ class Cache:
     def calls(self) -> list:
         """The agents' lifecycle calls, once the cache's errands have run (the calls leave
         the cache's mailbox: it decides, its errand worker calls)."""
-        self.proxy.settle().get()
+        wait_settled(self.proxy, timeout=10)
         return self._calls
 
     def agent(self, name: str, cls: type = FakeAgent) -> FakeAgent:
@@ -423,13 +429,49 @@ class TestBoundaries:
         assert len(c.calls) == 3
         assert c.stats().size == 0
 
+    def test_agent_the_cache_never_held_is_closed_at_a_checkin_after_close_all(
+            self, make_cache):
+        # a turn that outlived the shutdown's drain, on a fresh agent from the factory
+        c = make_cache()
+        c.put("a")
+        assert c.proxy.close_all().get() == 1
+        c.put("late")
+        assert sorted(c.calls) == [("a", "close"), ("late", "close")]
+        assert c.stats().size == 0
+
+    def test_waiting_for_releases_leaves_the_mailbox_free(self, make_cache):
+        # housekeeping waits for a pass's releases; meanwhile turns get their agents
+        entered, gate = threading.Event(), threading.Event()
+
+        class SlowCommit(FakeAgent):
+            def commit_memory(self, messages: list[dict]) -> None:
+                entered.set()
+                assert gate.wait(10)
+                super().commit_memory(messages)
+
+        c = make_cache(idle_ttl_secs=100)
+        c.put("old", c.agent("old", SlowCommit))
+        c.clock.advance(200)
+        hot = c.put("hot")
+        assert c.proxy.sweep_idle().get() == 1
+        assert entered.wait(5)
+        settled = c.proxy.settle().get()  # asked while old's commit_memory runs
+        try:
+            assert c.ref.ask(Checkout("hot", "sid-hot"), timeout=5) is hot  # answered
+            with pytest.raises(pykka.Timeout):  # (the gate is shut: it cannot be done)
+                settled.get(timeout=0.05)
+        finally:
+            gate.set()
+        settled.get(timeout=5)
+        assert ("old", "commit_memory") in [call[:2] for call in c.calls]
+
     def test_agent_exceptions_are_logged_and_the_actor_lives_on(self, make_cache, caplog):
         c = make_cache(max_size=1, memory_high_mb=100, protect_recent=0)
         c.put("a", c.agent("a", BrokenAgent))
         with caplog.at_level(logging.ERROR, logger="hermes_actors.cache"):
             c.put("b", c.agent("b", BrokenAgent))  # a is evicted: commit and release raise
             c.proxy.discard("b").get()  # close raises
-            c.proxy.settle().get()  # the calls are the errand worker's
+            wait_settled(c.proxy, timeout=10)  # the calls are the errand worker's
         messages = [r.getMessage() for r in caplog.records]
         assert any("commit_memory failed" in m for m in messages)
         assert any("release_clients failed" in m for m in messages)

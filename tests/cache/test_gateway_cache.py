@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from hermes_actors import MessageEvent, SessionSource
+from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
+from hermes_actors.agents.base import TurnResult
+from hermes_actors.testing import FakeClock, FakeMemoryProbe, ScriptedAgent
 
 
 def send(h, chat: str, text: str) -> None:
@@ -163,3 +167,83 @@ class TestNewDuringTheFirstTurn:
         h.idle()
         [first] = h.agents
         assert first.closes == 1
+
+
+class _ToolAgent(ScriptedAgent):
+    """``dump`` writes 2 MB of tool output through ``emit`` and answers ``ok``; its
+    ``commit_memory`` waits for ``gate``."""
+
+    def __init__(self, gate: threading.Event, committing: threading.Event) -> None:
+        super().__init__()
+        self.gate, self.committing = gate, committing
+
+    def run_turn(self, request):
+        if request.message == "dump":
+            request.emit({"role": "tool", "content": "x" * (2 << 20)})
+            return TurnResult(reply="ok")
+        return super().run_turn(request)
+
+    def commit_memory(self, messages):
+        self.committing.set()
+        assert self.gate.wait(10)
+        super().commit_memory(messages)
+
+
+@pytest.fixture
+def tool_gateway(tmp_path):
+    """``make(**agent_cache)`` → a started gateway on :class:`_ToolAgent`s, its adapter,
+    probe and the agents' gate (open at teardown)."""
+    gate, committing, made = threading.Event(), threading.Event(), []
+
+    def make(**cache):
+        probe = FakeMemoryProbe(anon_mb=100.0)
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(tmp_path / f"home{len(made)}",
+                     config=load_config({"agent": {"agent_cache": cache}}, env={}),
+                     agent_factory=lambda _ctx: _ToolAgent(gate, committing),
+                     adapters=[adapter], clock=FakeClock(), memory_probe=probe)
+        gw.start()
+        made.append(gw)
+        return gw, adapter, probe
+
+    make.gate, make.committing = gate, committing
+    yield make
+    gate.set()
+    for gw in made:
+        gw.stop(drain_timeout=5)
+
+
+class TestOffTheMailbox:
+    """A pass's slow releases never hold up the turns of other sessions, and tool output
+    counts towards the growth that triggers the post-turn memory check."""
+
+    def test_tool_output_triggers_the_pressure_check(self, tool_gateway):
+        tool_gateway.gate.set()
+        gw, _adapter, probe = tool_gateway(memory_high_mb=200, protect_recent=0)
+        send_to(gw, "idle", "hello")
+        assert gw.wait_idle(10)
+        probe.anon_mb = 500
+        send_to(gw, "big", "dump")  # a short reply, 2 MB of tool output
+        assert gw.wait_idle(10)
+        assert gw.stats()["cache"]["evictions"]["memory"] >= 1  # (none without the check)
+
+    def test_turns_go_on_while_housekeeping_waits_for_a_release(self, tool_gateway):
+        gw, adapter, _probe = tool_gateway(idle_ttl_secs=100, memory_high_mb="off")
+        send_to(gw, "old", "a")
+        assert gw.wait_idle(10)
+        gw.clock.advance(200)
+        send_to(gw, "live", "b")  # recent: not idle
+        assert gw.wait_idle(10)
+        tick = threading.Thread(target=gw.housekeeping_tick, daemon=True)
+        tick.start()
+        assert tool_gateway.committing.wait(5)  # old's commit_memory runs, and waits
+        send_to(gw, "live", "c")  # live's cached agent is checked out meanwhile
+        assert adapter.wait_for(3, timeout=10), adapter.texts()
+        assert adapter.texts()[-1] == "echo: c"
+        tool_gateway.gate.set()
+        tick.join(10)
+        assert not tick.is_alive()
+
+
+def send_to(gw, chat: str, text: str) -> None:
+    gw.submit(MessageEvent(source=SessionSource("telegram", chat_id=chat), text=text))

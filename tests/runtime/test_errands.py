@@ -18,7 +18,7 @@ def test_errands_run_in_the_order_handed_over(errands):
     ran = []
     for n in range(5):
         errands.run(lambda n=n: ran.append(n))
-    errands.settle(timeout=5)
+    errands.settled().get(timeout=5)
     assert ran == [0, 1, 2, 3, 4]
 
 
@@ -30,10 +30,10 @@ def test_errands_handed_over_together_go_when_the_block_ends(errands):
         with errands:  # nested: the outer block sends
             errands.run(lambda: ran.append("b"))
         errands.run(lambda: ran.append("c"))
-        errands.settle(timeout=5)  # the worker has had everything handed over so far
+        errands.settled().get(timeout=5)  # the worker has had everything handed over so far
         assert ran == ["before"], "nothing of the block is handed over before it ends"
     errands.run(lambda: ran.append("after"))
-    errands.settle(timeout=5)
+    errands.settled().get(timeout=5)
     assert ran == ["before", "a", "b", "c", "after"]
 
 
@@ -42,5 +42,5 @@ def test_a_block_that_raises_still_hands_its_errands_over(errands):
     with pytest.raises(RuntimeError), errands:
         errands.run(lambda: ran.append("kept"))
         raise RuntimeError("the caller's failure")
-    errands.settle(timeout=5)
+    errands.settled().get(timeout=5)
     assert ran == ["kept"]

@@ -64,6 +64,18 @@ class TestFailure:
         assert h.texts()[-1].startswith("echo:")
         assert h.gw.store.get(h.key()).resume_pending is False
 
+    def test_an_answered_turn_whose_cache_has_stopped_sends_nothing_more(self, make_harness):
+        # a turn that outlives the shutdown's cache step: its reply went out, the checkin
+        # finds no cache; the user hears no failure notice after the answer, and the
+        # agent (made for this turn, never cached) is closed by the turn
+        h = make_harness()
+        h.hold("g")
+        h.gw._services.cache.actor_ref.stop(block=True)
+        h.gates.open("g")
+        h.idle()
+        assert h.texts() == ["held g"]
+        assert [a.closes for a in h.agents] == [1]
+
 
 class TestSilence:
     """A silence marker is kept in the transcript; a human turn gets the notice instead."""
