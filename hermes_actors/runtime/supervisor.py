@@ -100,8 +100,7 @@ class SupervisorActor(LightActor):
     def _recover_unclean_sessions(self, belongs: Callable[[str], bool] | None = None) -> int:
         store = self._store
         max_age = marker_max_age(self._config.agent.timeout)
-        waiting = [e.session_key for e in store.flagged_sessions(belongs)
-                   if e.resume_pending and e.active_turn_token is None]
+        waiting = _waiting(store, belongs)
         verdicts = store.judge_interrupted_turns(self._clock.time(), max_age, belongs)
         # Count first: a crash during recovery must not forget that these were mid-turn.
         mid_turn = [e.session_key for e, v in verdicts if v.action != "expire"]
@@ -252,8 +251,9 @@ class SupervisorActor(LightActor):
                 continue         # judges the session's marker
         self._drain_timeouts += len(interrupted)
         crashpoint("during_drain")
-        if not self._shared:
-            self._write_counts(next_restart_counts(self._counts, interrupted))
+        if not self._shared:  # a session still waiting to resume keeps its count
+            self._write_counts(next_restart_counts(self._counts, interrupted,
+                                                   _waiting(self._store)))
             return
         # a handover (or the stop) of some shards: only these sessions' counts change
         stored = self._store.session_restarts()
@@ -286,3 +286,10 @@ class SupervisorActor(LightActor):
     def _write_counts(self, counts: dict[str, int]) -> None:
         self._counts = dict(counts)
         self._store.write_restart_counts(self._counts)
+
+
+def _waiting(store: Any, belongs: Callable[[str], bool] | None = None) -> list[str]:
+    """Sessions flagged to resume whose turn has not run again (no marker): they keep
+    their stuck-loop count (``next_restart_counts``)."""
+    return [e.session_key for e in store.flagged_sessions(belongs)
+            if e.resume_pending and e.active_turn_token is None]

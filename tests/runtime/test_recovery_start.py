@@ -177,3 +177,44 @@ class TestReplyInTheTranscript:
         assert reply_after_marker({**row, "turn_token": "t"}, "t", 5.0) == "x"
         assert reply_after_marker({**row, "turn_token": "other"}, "t", 5.0) is None
         assert reply_after_marker({**row, "turn_token": None}, "t", None) is None
+
+
+class TestStuckLoopCountAcrossAGracefulStop:
+    """A session flagged to resume whose turn has not run again (its platform was offline
+    at the start) keeps its stuck-loop count across a graceful stop, as across a crash."""
+
+    def test_a_waiting_session_keeps_its_count(self, tmp_path):
+        from hermes_actors import MessageEvent
+        from hermes_actors.testing import Gates, ScriptedAgent
+
+        home, gates = tmp_path / "home", Gates()
+        key = "agent:main:telegram:dm:1"
+
+        def boot(connected: bool = True):
+            adapter = InMemoryAdapter("telegram")
+            adapter.connected = connected
+            gw = Gateway(home, config=load_config({}, env={}),
+                         agent_factory=lambda _ctx: ScriptedAgent(gates=gates),
+                         adapters=[adapter], clock=FakeClock())
+            return gw, gw.start()
+
+        def counted(gw) -> int:
+            return gw.stats()["supervisor"]["counted_sessions"]
+
+        gw, _ = boot()
+        gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="1"), text="wait g"))
+        assert gates.wait_until_waiting("g")
+        gw.stop(drain_timeout=0.2)  # the drain deadline: counted once, flagged to resume
+        gw, report = boot(connected=False)  # not auto-continued: the platform is offline
+        try:
+            assert report.resumed == [] and gw.store.get(key).resume_pending
+            assert counted(gw) == 1
+        finally:
+            gw.stop(drain_timeout=1)  # nothing runs: a graceful stop
+        gw, _ = boot(connected=False)
+        try:
+            assert gw.store.get(key).resume_pending
+            assert counted(gw) == 1
+        finally:
+            gates.open_all()
+            gw.stop(drain_timeout=1)
