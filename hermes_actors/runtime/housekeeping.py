@@ -63,7 +63,11 @@ class Watcher:
             delay = max(0.0, self._schedule.next_pass - self._clock.monotonic())
             if self._stop.wait(delay):
                 return
+            due = self._schedule.next_pass
             try:
                 self._tick()
             except Exception:  # noqa: BLE001 - the watcher outlives a failed pass
                 log.exception("housekeeping pass failed")
+            if self._schedule.next_pass <= due:  # the tick did not run a pass (the gateway
+                # is stopping) or failed before it rescheduled: never spin on a due pass
+                self._schedule.pass_done(self._clock.monotonic())
