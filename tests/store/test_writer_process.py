@@ -151,6 +151,44 @@ CHILD_DIES = PRELUDE + textwrap.dedent(
     """
 )
 
+DIES_MID_FRAME = PRELUDE + textwrap.dedent(
+    """
+    import fcntl, sqlite3, struct, termios
+    from hermes_actors.store.backends.sqlite.executor import MAX_GROUP
+    from hermes_actors.store.ops import NodeValue
+
+    node = db.node_id()
+    db.apply([NodeValue(node, "warm", "1")])
+    heard = {}
+    for i in range(MAX_GROUP):  # one frame of small lists
+        db.apply_later([NodeValue(node, f"a{i}", "1")],
+                       lambda ok, value, i=i: heard.setdefault(f"a{i}", ok))
+    db.apply_later([NodeValue(node, "big", "x" * (8 << 20))],  # and one bigger than the pipe
+                   lambda ok, value: heard.setdefault("big", ok))
+    gevent.sleep(0)  # the sender writes the first frame, then part of the second
+    replies = db._writer._rep_r  # (the pipe the child answers on)
+
+    def unread():
+        return struct.unpack("i", fcntl.ioctl(replies, termios.FIONREAD, b"0000"))[0]
+
+    while unread() == 0:  # (no yield: the answer must stay unread in the pipe)
+        pass
+    child = db.writer_pid
+    os.kill(child, signal.SIGKILL)  # the sender's write breaks while the answer waits
+    while open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        pass
+    while len(heard) < MAX_GROUP + 1:
+        gevent.sleep(0.01)
+    probe = sqlite3.connect(sys.argv[1])
+    committed = probe.execute(
+        "SELECT count(*) FROM node_state WHERE name LIKE 'a%'").fetchone()[0]
+    assert committed == MAX_GROUP, committed
+    assert [heard[f"a{i}"] for i in range(MAX_GROUP)] == [True] * MAX_GROUP, heard
+    assert heard["big"] is False
+    print("ok")
+    """
+)
+
 CLOSE_COMMITS = PRELUDE + textwrap.dedent(
     """
     heard = []
@@ -287,6 +325,7 @@ SCRIPTS = {
     "the_writer_checkpoints_in_the_background": CHECKPOINTED,
     "groups_and_orders_the_writes": GROUPS,
     "a_dead_writer_fails_every_write_once_as_unavailable": CHILD_DIES,
+    "a_writer_dying_mid_frame_fails_only_what_it_did_not_answer": DIES_MID_FRAME,
     "close_commits_what_was_submitted": CLOSE_COMMITS,
     "a_write_it_cannot_carry_fails_alone": ISOLATION,
     "big_frames_from_threads_and_abandoned_callers": BIG_WRITES,

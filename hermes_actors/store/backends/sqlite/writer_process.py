@@ -318,8 +318,11 @@ class WriterProcess:
                     while view:  # a full pipe: nb_write waits for room
                         view = view[nb_write(self._req_w, view):]
                 except BaseException as exc:  # a torn frame: the child can never resync
-                    self._fail(f"the database writer process is unusable: a write to its "
-                               f"pipe failed ({exc!r})")
+                    # Refuse new writes and end the child. The frames before this one may
+                    # be committed, their answers still in the pipe: the reader drains them
+                    # and fails only the frames left unanswered, at the child's end of file.
+                    self._refuse(f"the database writer process is unusable: a write to its "
+                                 f"pipe failed ({exc!r})")
                     self._kill()
                     if not isinstance(exc, Exception):
                         raise
@@ -440,10 +443,14 @@ class WriterProcess:
         if self._pending:
             self._wake.set()
 
-    def _fail(self, reason: str) -> None:
+    def _refuse(self, reason: str) -> None:
+        """Refuse every write submitted from now on (the first reason is kept)."""
         if self._error is None:
             self._error = reason
             log.error("%s; writes fail until the store reopens the database", reason)
+
+    def _fail(self, reason: str) -> None:
+        self._refuse(reason)
         frames = list(self._inflight) + list(self._pending)
         self._inflight.clear()
         self._pending.clear()
