@@ -93,6 +93,42 @@ class TestSchema:
         with pytest.raises(StoreError):
             closed.routing_rows()
 
+    def test_a_read_that_meets_the_close_is_refused_as_closed(self, tmp_path):
+        # the read passed the closed check, then reached the worker after the connection
+        # closed: "closed", not an outage (an outage would switch the store to degraded)
+        import threading
+
+        db = SessionDB(tmp_path / "x.db")
+        inside, go, out = threading.Event(), threading.Event(), []
+        run, close_worker = db._executor.run, db._executor.close
+
+        def held_run(fn, *args):  # the reader is descheduled between the check and the job
+            if threading.current_thread().name == "reader":
+                inside.set()
+                assert go.wait(10)
+            return run(fn, *args)
+
+        def reader() -> None:
+            try:
+                out.append(db.counts())
+            except Exception as exc:  # noqa: BLE001 - what the test looks at
+                out.append(exc)
+
+        def close_after_the_read() -> None:  # the connection is closed; the read runs now
+            go.set()
+            thread.join(10)
+            close_worker()
+
+        db._executor.run = held_run
+        thread = threading.Thread(target=reader, name="reader")
+        thread.start()
+        assert inside.wait(10)
+        db._executor.close = close_after_the_read
+        db.close()
+        [error] = out
+        assert isinstance(error, StoreError) and not isinstance(error, StoreUnavailableError)
+        assert "closed" in str(error)
+
 
 class TestSearch:
     """Search returns message dicts with id and session_id, best bm25 match first."""

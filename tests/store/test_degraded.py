@@ -157,6 +157,24 @@ class TestWriteFailureAfterOpen:
             "before", "after",
         ]  # fmt: skip
 
+    @pytest.mark.parametrize("message, turn_token", [
+        ({"role": "user", "content": "hi"}, object()),  # a value no column can take
+        ({"role": "user", "content": "a lone surrogate \ud83d"}, None),
+        ({"role": "user", "content": "x", "token_count": 2**64}, None),  # over 64 bits
+    ], ids=["unbindable", "unencodable", "overflow"])
+    def test_a_write_of_a_bad_value_fails_alone(self, make_store, message, turn_token):
+        # the list is rejected with StoreError; the database stays in use (no failover:
+        # degraded mode would only fail the same way)
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        with pytest.raises(StoreError) as raised:
+            store.append_message(entry.session_id, message, turn_token=turn_token)
+        assert not isinstance(raised.value, StoreUnavailableError)
+        assert "write rejected" in str(raised.value)
+        assert not store.degraded
+        store.append_message(entry.session_id, {"role": "user", "content": "after"})
+        assert [m["content"] for m in store.load_transcript(entry.session_id)] == ["after"]
+
     def test_entries_not_read_yet_are_kept_in_the_degraded_mirror(self, make_store, home):
         store = make_store()
         entries = [store.get_or_create_session(dm(str(n))) for n in range(5)]

@@ -100,6 +100,12 @@ WRITER_ENV = "HERMES_ACTORS_DB_WRITER"
 _WRITERS = ("thread", "process")
 
 
+#: Database errors that reject one list's writes (a constraint, a statement or a value):
+#: that list fails alone, with :class:`StoreError`; the database stays in use.
+_REJECTED = (pw.IntegrityError, pw.ProgrammingError, pw.DataError, pw.InterfaceError)
+#: What sqlite3 raises, outside its own errors, for a value it cannot bind.
+_UNBINDABLE = (UnicodeError, OverflowError)
+
 #: Error texts of failures in the environment, never caused by a broken full-text index.
 _ENVIRONMENTAL = ("readonly", "read-only", "locked", "busy", "disk i/o", "full", "unable to open")
 
@@ -432,13 +438,18 @@ class SessionDB:
                             f"index failed too: {rebuild_exc}"
                         ) from exc
                     continue
-                if isinstance(exc, pw.IntegrityError):
+                if isinstance(exc, _REJECTED):  # this list's values or statements: not an
+                    # outage (retrying or a failover would fail the same way)
                     raise StoreError(f"write rejected by {self.path}: {exc}") from exc
                 failures += 1
                 if isinstance(exc, pw.OperationalError) and failures < WRITE_ATTEMPTS:
                     log.warning("write to %s failed (%s); retrying", self.path, exc)
                     continue
                 raise StoreUnavailableError(f"cannot write {self.path}: {exc}") from exc
+            except _UNBINDABLE as exc:  # a value sqlite3 cannot bind (a lone surrogate, an
+                self._ops.committed(False)  # integer over 64 bits)
+                raise StoreError(f"write rejected by {self.path}: {type(exc).__name__}: "
+                                 f"{exc}") from exc
             except BaseException:
                 self._ops.committed(False)
                 raise
@@ -452,6 +463,8 @@ class SessionDB:
             try:
                 return fn()
             except pw.PeeweeException as exc:
+                if self._closed:  # close() ran between the check and this read
+                    raise StoreError(f"the session database {self.path} is closed") from exc
                 raise StoreUnavailableError(f"cannot read {self.path}: {exc}") from exc
 
         return self._run(guarded)
