@@ -37,6 +37,7 @@ import logging
 import os
 import threading
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -147,6 +148,10 @@ class StoreCore:
         self._stripes = [new_rlock() for _ in range(_STRIPES)]
         self._map_lock = brief_lock()
         self._switch_lock = threading.Lock()
+        #: Deferred writes that failed with the database, ``(ops, on_done)`` in submission
+        #: order: re-applied in degraded mode before any write submitted after them.
+        self._deferred: deque[tuple[list[Op], Callable[[], None]]] = deque()
+        self._fallback_lock = new_rlock()
         #: The failure that began an outage of a database server (``None``: no outage).
         self.outage: BaseException | None = None
         self._on_outage = on_outage
@@ -337,9 +342,28 @@ class StoreCore:
 
     def _fail_over(self, exc: StoreUnavailableError, backend: Backend, ops: list[Op]
                    ) -> list[Any]:
-        """Switch away from the failed ``backend`` and apply ``ops`` in degraded mode."""
-        self._switch_to_degraded(exc, backend)
-        return self.backend.apply(ops)
+        """Switch away from the failed ``backend`` and apply ``ops`` in degraded mode, after
+        the deferred writes that failed before them."""
+        with self._fallback_lock:
+            self._switch_to_degraded(exc, backend)
+            self._apply_deferred()
+            return self.backend.apply(ops)
+
+    def _apply_deferred(self, outage: StoreUnavailableError | None = None) -> None:
+        """Re-apply the failed deferred writes, oldest first (under ``_fallback_lock``); in an
+        ``outage`` of a database server there is no stand-in: they fail (logged)."""
+        while self._deferred:
+            ops, on_done = self._deferred.popleft()
+            try:
+                if outage is not None:
+                    raise outage
+                self.backend.apply(ops)
+            except StoreUnavailableError as exc:  # an outage (reported): no stand-in
+                log.error("a deferred write failed: %s", exc)
+            except Exception:  # noqa: BLE001 - logged; the caller is gone
+                log.exception("a deferred write failed in degraded mode too")
+            finally:
+                on_done()
 
     def apply_later(self, ops: list[Op], on_done: Callable[[], None]) -> None:
         """Apply ``ops`` without waiting (routing is never among them); ``on_done()`` once
@@ -366,15 +390,16 @@ class StoreCore:
                 on_done()
                 return
 
+            self._deferred.append((ops, on_done))  # in the order the writer failed them
+
             def fall_back() -> None:  # may block: not in the hub's callback
-                try:
-                    self._fail_over(value, backend, ops)
-                except StoreUnavailableError as exc:  # an outage (reported): no stand-in
-                    log.error("a deferred write failed: %s", exc)
-                except Exception:  # noqa: BLE001 - logged; the caller is gone
-                    log.exception("a deferred write failed in degraded mode too")
-                finally:
-                    on_done()
+                with self._fallback_lock:
+                    try:
+                        self._switch_to_degraded(value, backend)
+                    except StoreUnavailableError as exc:  # an outage (reported): no stand-in
+                        self._apply_deferred(exc)
+                    else:
+                        self._apply_deferred()
 
             spawn(fall_back, "deferred-write")
 

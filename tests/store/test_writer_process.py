@@ -189,6 +189,39 @@ DIES_MID_FRAME = PRELUDE + textwrap.dedent(
     """
 )
 
+FALLBACK_ORDER = PRELUDE + textwrap.dedent(
+    """
+    import logging
+    import gevent.event
+    from hermes_actors.store import SessionStore
+
+    logging.disable(logging.CRITICAL)  # (the failover's warnings)
+    db.close()
+    store = SessionStore(os.path.join(os.path.dirname(sys.argv[1]), "sessions"),
+                         mirror_interval=None)
+    core = store._core  # (apply_later: the deferred writes' path)
+    sid = "20231114_000000_00000001"
+
+    def message(text):
+        return [AppendMessage(sid, {"role": "user", "content": text, "timestamp": 1.0})]
+
+    core.apply(message("0"))
+    child = core.backend.writer_pid
+    os.kill(child, signal.SIGSTOP)  # the next writes stay in flight
+    done = gevent.event.Event()
+    core.apply_later(message("first, deferred"), done.set)
+    gevent.sleep(0)  # sent
+    os.kill(child, signal.SIGKILL)
+    core.apply(message("second, awaited"))  # fails over and is applied in degraded mode
+    assert done.wait(10)
+    assert store.degraded
+    texts = [m["content"] for m in store.load_transcript(sid)]
+    assert texts == ["0", "first, deferred", "second, awaited"], texts
+    store.close()
+    print("ok")
+    """
+)
+
 CLOSE_COMMITS = PRELUDE + textwrap.dedent(
     """
     heard = []
@@ -326,6 +359,7 @@ SCRIPTS = {
     "groups_and_orders_the_writes": GROUPS,
     "a_dead_writer_fails_every_write_once_as_unavailable": CHILD_DIES,
     "a_writer_dying_mid_frame_fails_only_what_it_did_not_answer": DIES_MID_FRAME,
+    "failed_writes_go_to_degraded_mode_in_their_order": FALLBACK_ORDER,
     "close_commits_what_was_submitted": CLOSE_COMMITS,
     "a_write_it_cannot_carry_fails_alone": ISOLATION,
     "big_frames_from_threads_and_abandoned_callers": BIG_WRITES,
