@@ -79,20 +79,17 @@ def spec(name: str) -> CommandSpec:
 def parse_command(text: str) -> Command | None:
     """Recognise a command word of :data:`REGISTRY` at the start of ``text``.
 
-    Command words are case-insensitive; a Telegram-style ``/stop@botname`` is accepted.
+    Command words are case-insensitive and end at any whitespace (a tab, a newline, a
+    no-break space); a Telegram-style ``/stop@botname`` is accepted.
     """
     stripped = text.strip()
     if not stripped.startswith("/"):
         return None
-    word, _, rest = stripped.partition(" ")
-    if "\n" in word:
-        word, _, more = word.partition("\n")
-        rest = more + (" " + rest if rest else "")
-    word = word.split("@", 1)[0].lower()
-    name = COMMANDS.get(word)
+    word, *rest = stripped.split(None, 1)
+    name = COMMANDS.get(word.split("@", 1)[0].lower())
     if name is None:
         return None
-    return Command(name, rest.strip())
+    return Command(name, rest[0].strip() if rest else "")
 
 
 def help_text() -> str:

@@ -37,6 +37,11 @@ class TestParseCommand:
     def test_prompt_on_the_next_line_is_kept(self):
         assert parse_command("/queue\nfirst line more") == Command("queue", "first line more")
 
+    @pytest.mark.parametrize("space", ["\t", "\u00a0", "\r\n", "\u2003"])
+    def test_any_whitespace_ends_the_command_word(self, space):
+        assert parse_command(f"/queue{space}do it") == Command("queue", "do it")
+        assert parse_command(f"/stop{space}") == Command("stop", "")
+
     def test_bot_mention_suffix_is_accepted(self):
         assert parse_command("/stop@my_bot") == Command("stop", "")
 
