@@ -62,7 +62,10 @@ class RunningTurn:
     started: float = 0.0
     #: Set (under ``lock``) once the turn was asked to stop; nothing waits on it.
     interrupted: bool = False
+    #: The first interrupt's reason (the one the agent is given).
     reason: str | None = None
+    #: Set by a ``/new`` (or ``/reset``) interrupt, even one after an earlier interrupt.
+    reset: bool = False
     #: Set once ``begin_turn`` committed (the inbox rows are consumed from then on).
     began: bool = False
     #: Set once the turn's answer is recorded: interrupting it would change nothing.
@@ -73,6 +76,8 @@ class RunningTurn:
     def interrupt(self, reason: str | None) -> None:
         """Ask the turn to stop; safe before the agent is attached."""
         with self.lock:
+            if reason == "/new":  # (/reset's reason too)
+                self.reset = True
             if self.interrupted:
                 return
             self.interrupted = True
@@ -269,7 +274,7 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
                 internal=internal, touch_activity=not internal)
             return entry, token, None
         except SessionExistsError:
-            if turn.interrupted and turn.reason == "/new":
+            if turn.reset:
                 # /new (or /reset) interrupted this turn, then created the session: the
                 # message it dropped must not start a turn in the new session.
                 store.consume_events(list(ids), "dropped")

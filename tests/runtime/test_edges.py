@@ -20,7 +20,7 @@ from hermes_actors.model.context import build_session_context
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
-from hermes_actors.runtime.session_actor import NEW_SESSION_CUT
+from hermes_actors.runtime.session_actor import NEW_SESSION_CUT, STOPPED
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.node import NodeRecords
 from hermes_actors.store.store import SessionStore
@@ -302,6 +302,34 @@ class TestFirstMessage:
         assert gw.wait_idle(10)
         assert adapter.texts() == [NEW_SESSION_CUT, "echo: after"]
         gw.stop()
+
+    def test_stop_then_new_during_the_first_turns_start_drops_it(self, make_harness):
+        # /stop interrupts first, so /new's interrupt is the second: it must still count.
+        h = make_harness()
+        store = h.gw.store
+        reset, real_create, real_first = (threading.Event(), store.get_or_create_session,
+                                          store.begin_first_turn)
+
+        def create(source, force_new=False, **kwargs):
+            entry = real_create(source, force_new=force_new, **kwargs)
+            if force_new:
+                reset.set()
+            return entry
+
+        def first_after_the_reset(*args, **kwargs):
+            assert reset.wait(10)
+            return real_first(*args, **kwargs)
+
+        store.get_or_create_session, store.begin_first_turn = create, first_after_the_reset
+        h.send("m1")
+        h.send("/stop")
+        h.send("/new")
+        h.idle()
+        transcript = store.load_transcript(store.get(h.key()).session_id)
+        assert [m["content"] for m in transcript if m["role"] == "user"] == [], (
+            "the message /new dropped started in the new session")
+        assert h.texts() == [STOPPED, NEW_SESSION_CUT]
+        assert h.seen() == [] and store.pending_inbox() == []
 
     def test_a_failure_after_the_turn_began_is_a_failed_turn(self, tmp_path, monkeypatch):
         made = []
