@@ -134,8 +134,15 @@ class SessionActor(LightActor):
         for effect in effects:
             if isinstance(effect, Retire):
                 retired = self._retire()
-            else:
+                continue
+            # The core has already decided past every effect (a /new counts its reset in
+            # flight before its worker runs), so a failed one must not skip the rest. A
+            # failed Consume leaves its rows unconsumed: they replay at the next start.
+            try:
                 self._carry_out(effect)
+            except Exception:  # noqa: BLE001 - logged; the other effects still run
+                log.exception("effect %s failed session_key=%s", type(effect).__name__,
+                              self.session_key)
         if isinstance(message, IdleCheck):
             return bool(retired)
         return reaction.answer

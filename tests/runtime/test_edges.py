@@ -15,12 +15,12 @@ from hermes_actors import (
     TurnResult,
     load_config,
 )
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreUnavailableError
 from hermes_actors.model.context import build_session_context
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import turn as turn_module
 from hermes_actors.runtime.recovery_rules import judge_marker, plan_startup_dispatch
-from hermes_actors.runtime.session_actor import NEW_SESSION_CUT, STOPPED
+from hermes_actors.runtime.session_actor import INTERRUPT_ACK, NEW_SESSION_CUT, STOPPED
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.node import NodeRecords
 from hermes_actors.store.store import SessionStore
@@ -239,6 +239,34 @@ class TestBookkeepingFailures:
         assert adapter.texts() == ["echo: hello"]
         again.stop()
         assert "clean_shutdown" in node_values(tmp_path)
+
+
+class TestEffectFailures:
+    """An effect that fails is logged; the effects after it are still carried out."""
+
+    def test_new_whose_drop_fails_still_resets(self, make_harness):
+        h = make_harness()
+        store, real_consume, failed = h.gw.store, h.gw.store.consume_events, threading.Event()
+
+        def consume(ids, reason):
+            if reason == "dropped" and not failed.is_set():
+                failed.set()
+                raise StoreUnavailableError("transient")
+            return real_consume(ids, reason)
+
+        store.consume_events = consume
+        h.hold("g")
+        old = store.get(h.key()).session_id
+        follow = h.send("follow")
+        h.send("/new")
+        assert failed.wait(10)
+        h.gates.open("g")
+        h.send("after")
+        assert h.gw.wait_idle(timeout=10), "the failed drop left the session busy"
+        assert store.get(h.key()).session_id != old
+        assert h.texts() == [INTERRUPT_ACK, NEW_SESSION_CUT, "echo: after"]
+        # The dropped follow-up's row stays unconsumed: it replays at the next start.
+        assert [e.event_id for _, e in store.pending_inbox()] == [follow]
 
 
 class TestSessionRotated:
