@@ -232,8 +232,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
             log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
             error, result = exc, TurnResult(None, "failed")
-        _settle(services, key, session_id, token, turn.item, result, error)
-        turn.settled = True
+        _settle(services, key, session_id, token, turn, result, error)
         persisted = True
     finally:
         if agent is not None:
@@ -343,10 +342,12 @@ def _return_unused(services: Services, key: str, session_id: str, checkout: Any)
         log.exception("could not return an unused agent session_key=%s", key)
 
 
-def _settle(services: Services, key: str, session_id: str, token: str, item: Queued,
+def _settle(services: Services, key: str, session_id: str, token: str, turn: RunningTurn,
             result: TurnResult, error: BaseException | None) -> None:
-    """Persist the reply, record what is owed, clear the marker, send."""
+    """Persist the reply, record what is owed, clear the marker (``turn.settled`` from
+    then on), send."""
     store, delivery = services.store, services.delivery
+    item = turn.item
     event = item.event
     reply = result.reply if isinstance(result.reply, str) else None
     owed: tuple[str, str] | None = None
@@ -379,6 +380,9 @@ def _settle(services: Services, key: str, session_id: str, token: str, item: Que
         crashpoint("after_ledger_recorded")
     else:
         store.clear_turn_active(key, token)
+    # Before the send, which can take long (a rate-limited adapter): a follow-up or /new
+    # meanwhile has nothing left to interrupt (§8).
+    turn.settled = True
     usage = result.usage or {}
     if usage:
         store.update_session(

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from hermes_actors.model.commands import COMMANDS, REGISTRY, help_text, parse_command
@@ -115,5 +117,24 @@ class TestNewSaysWhatItCut:
         h.send("hi")
         h.idle()
         h.send(command)
+        h.idle()
+        assert h.texts() == ["echo: hi", NEW_SESSION]
+
+    def test_a_turn_whose_answer_is_recorded_is_not_cut(self, make_harness):
+        h = make_harness()
+        sending, release, real_send = threading.Event(), threading.Event(), h.adapter.send
+
+        def send(target, text):
+            if text == "echo: hi":  # recorded and the marker cleared; the send is slow
+                sending.set()
+                assert release.wait(10)
+            return real_send(target, text)
+
+        h.adapter.send = send
+        h.send("hi")
+        assert sending.wait(10)
+        h.send("/new")
+        h.gw.session_statistics(h.key())  # asked behind /new: answered once it was handled
+        release.set()
         h.idle()
         assert h.texts() == ["echo: hi", NEW_SESSION]

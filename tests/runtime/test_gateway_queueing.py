@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from hermes_actors.runtime.session_actor import (
@@ -84,6 +86,28 @@ class TestInterruptMode:
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "follow", "q1"]
+
+    def test_followup_after_the_answer_is_recorded_is_not_acked(self, make_harness):
+        h = make_harness()
+        sending, release, real_send = threading.Event(), threading.Event(), h.adapter.send
+
+        def send(target, text):
+            if text == "echo: hi":  # recorded and the marker cleared; the send is slow
+                sending.set()
+                assert release.wait(10)
+            return real_send(target, text)
+
+        h.adapter.send = send
+        h.send("hi")
+        assert sending.wait(10)
+        assert h.gw.store.get(h.key()).active_turn_token is None
+        h.send("more")
+        # Asked behind "more" in the actor's mailbox: answered once "more" was handled.
+        stats = h.gw.session_statistics(h.key())
+        release.set()
+        h.idle()
+        assert not stats.interrupting, "the follow-up interrupted an answered turn"
+        assert h.texts() == ["echo: hi", "echo: more"]  # no INTERRUPT_ACK
 
 
 class TestQueueMode:
