@@ -113,8 +113,7 @@ class _Request:
         try:
             with gevent.Timeout(self._body_timeout):
                 return self._read_body()
-        except gevent.Timeout:
-            self.body_pending = False
+        except gevent.Timeout:  # (the rest of the body may still come: close after it)
             raise RequestError(
                 408, f"request body not received within {self._body_timeout:g} s"
             ) from None
@@ -128,7 +127,8 @@ class _Request:
                 return b""
             data = stream.read(self._max_body + 1)
             if len(data) > self._max_body:
-                raise RequestError(413, f"request body too large (limit {self._max_body} bytes)")
+                raise RequestError(413, f"request body too large: {len(data)} bytes "
+                                        f"(limit {self._max_body})")
         else:
             chunks, remaining = [], length
             while remaining > 0:
@@ -359,7 +359,7 @@ class HttpApi:
             "entry": entry.to_dict(),
             "queue_depth": stats.queue_depth if stats is not None else 0,
             "running": bool(stats.running) if stats is not None else False,
-            "transcript_tail": transcript[-tail:],
+            "transcript_tail": transcript[-tail:] if tail else [],
         })  # fmt: skip
 
 
@@ -393,16 +393,23 @@ def no_delay(sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def make_server(app: HttpApi, host: str, port: int) -> Any:
+def make_server(app: HttpApi, host: str, port: int, *,
+                socket_timeout: float | None = None) -> Any:
     """A gevent ``WSGIServer`` for ``app`` bound to ``host:port`` (``port`` 0 picks a free
     one: read ``server.server_port``); every accepted connection sends without delay
     (:func:`no_delay`). The application logs its own access lines (``access_log``); server
-    errors go to ``hermes_actors.http`` at ERROR."""
+    errors go to ``hermes_actors.http`` at ERROR.
+
+    ``socket_timeout`` bounds each read and write on a connection (``http.body_timeout``):
+    a client that sends half a request head and then nothing (slow loris), or a kept-alive
+    connection idle that long, is closed, so it cannot hold a connection forever."""
     from gevent.pywsgi import LoggingLogAdapter, WSGIServer
 
     class _Server(WSGIServer):
         def handle(self, sock: Any, address: Any) -> Any:
             no_delay(sock)
+            if socket_timeout:
+                sock.settimeout(socket_timeout)
             return super().handle(sock, address)
 
     server = _Server(

@@ -28,6 +28,7 @@ from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.model.source import CHAT_TYPES, SessionSource
 
 __all__ = [
+    "MAX_CURSOR",
     "MAX_ID_LENGTH",
     "MAX_WAIT",
     "InboundMessage",
@@ -38,6 +39,7 @@ __all__ = [
     "decode_json_body",
     "parse_content_length",
     "parse_count",
+    "parse_cursor",
     "parse_message",
     "parse_outbox_query",
     "parse_query",
@@ -117,7 +119,18 @@ def decode_json_body(raw: bytes) -> dict[str, Any]:
         raise RequestError(400, "malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise RequestError(400, f"request body must be a JSON object, not {_json_type(data)}")
+    if "\\u" in text and not _encodable(data):  # (only escapes can make a lone surrogate)
+        raise RequestError(400, "malformed JSON: a \\u escape names half of a surrogate pair")
     return data
+
+
+def _encodable(data: Any) -> bool:
+    """Whether every string in ``data`` can be written as UTF-8."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_type(value: Any) -> str:
@@ -314,13 +327,30 @@ def parse_query(query: str) -> dict[str, str]:
     return dict(pairs)
 
 
+#: The largest cursor a database stores (a signed 64-bit integer).
+MAX_CURSOR = 2**63 - 1
+
+
+def _is_digits(text: str) -> bool:
+    """Only ASCII digits (``str.isdigit`` also takes ``²`` and other digits ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
+def parse_cursor(text: str, what: str, alternative: str = "") -> int:
+    """An outbox cursor from ``text`` (an integer from 0 to :data:`MAX_CURSOR`), or 422
+    naming ``what`` (and ``alternative`` forms it may take) in the text §17 pins."""
+    if not _is_digits(text) or int(text) > MAX_CURSOR:
+        raise RequestError(422, f"{what} must be a cursor (an integer >= 0){alternative}")
+    return int(text)
+
+
 def parse_count(params: Mapping[str, str], name: str = "limit", *, default: int = 100,
                 minimum: int = 1, maximum: int = 1000) -> int:
     """The integer parameter ``name`` between ``minimum`` and ``maximum`` (422 otherwise)."""
     raw = params.get(name, "").strip()
     if not raw:
         return default
-    if not raw.isdigit() or not minimum <= int(raw) <= maximum:
+    if not _is_digits(raw) or not minimum <= int(raw) <= maximum:
         raise RequestError(
             422, f"parameter {name!r} must be an integer from {minimum} to {maximum}"
         )
@@ -339,10 +369,8 @@ def parse_outbox_query(query: str, *, platforms: Sequence[str]) -> OutboxQuery:
         after = None
     elif not raw_after:
         after = 0
-    elif raw_after.isdigit():
-        after = int(raw_after)
     else:
-        raise RequestError(422, "parameter 'after' must be a cursor (an integer >= 0) or 'latest'")
+        after = parse_cursor(raw_after, "parameter 'after'", " or 'latest'")
     raw_wait = params.get("wait", "").strip()
     try:
         wait = float(raw_wait) if raw_wait else 0.0

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from hermes_actors.adapters.http_requests import RequestError, parse_outbox_query
+from hermes_actors.adapters.http_requests import parse_cursor, parse_outbox_query
 from hermes_actors.adapters.outbox import Outbox
 from hermes_actors.errors import HermesActorsError
 
@@ -74,10 +74,7 @@ def parse_stream_query(query: str, last_event_id: str | None, *,
     parsed = parse_outbox_query(query, platforms=platforms)
     after = parsed.after
     if last_event_id is not None and last_event_id.strip():
-        text = last_event_id.strip()
-        if not text.isdigit():
-            raise RequestError(422, "header 'Last-Event-ID' must be a cursor (an integer >= 0)")
-        after = int(text)
+        after = parse_cursor(last_event_id.strip(), "header 'Last-Event-ID'")
     return parsed.platform, parsed.chat_id, after
 
 

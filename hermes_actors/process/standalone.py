@@ -235,7 +235,7 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     report_box: list[Any] = []
     app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None)
     try:
-        server = make_server(app, http.host, http.port)
+        server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None

@@ -133,6 +133,10 @@ BAD_BODIES = [
     pytest.param(b'{"chat_id": "bad", "text": "hi", "chat_type": "room"}', 422, "chat_type",
                  id="bad-chat-type"),
     pytest.param(b'{"chat_id": "../etc", "text": "hi"}', 422, "'..'", id="path-traversal-id"),
+    pytest.param(b'{"chat_id": "bad", "text": "hi \\ud800"}', 400, "surrogate",
+                 id="lone-surrogate"),
+    pytest.param(b'{"chat_id": "bad\\udfff", "text": "hi"}', 400, "surrogate",
+                 id="lone-surrogate-in-an-id"),
 ]
 
 
@@ -190,6 +194,9 @@ class TestBadInput:
     @pytest.mark.parametrize(("query", "fragment"), [
         ("after=0", "chat_id"), ("chat_id=x&after=-1", "after"), ("chat_id=x&wait=soon", "wait"),
         ("chat_id=x&platform=telegram", "not served"),
+        ("chat_id=x&after=%C2%B2", "after"),  # a digit to str.isdigit, not to int
+        ("chat_id=x&limit=%C2%B2", "limit"),
+        ("chat_id=x&after=99999999999999999999999", "after"),  # over 64 bits
     ])
     def test_bad_outbox_query_is_422(self, shared_gateway, query, fragment):
         status, _, body = shared_gateway.request("GET", f"/v1/outbox?{query}")
@@ -201,6 +208,19 @@ class TestBadInput:
         shared_gateway.replies("clamp", 1)
         page = shared_gateway.outbox("clamp", after=0, wait=100000)
         assert [m["text"] for m in page["messages"]] == ["echo: x"]
+
+
+class TestTranscriptTail:
+    def test_tail_zero_shows_no_messages(self, shared_gateway):
+        import urllib.parse
+
+        key = shared_gateway.post("tail-0", "hello")["session_key"]
+        shared_gateway.replies("tail-0", 1)
+        path = "/v1/sessions/" + urllib.parse.quote(key, safe="")
+        status, _, body = shared_gateway.request("GET", path + "?tail=0")
+        assert status == 200 and body["transcript_tail"] == []
+        status, _, body = shared_gateway.request("GET", path + "?tail=1")
+        assert [m["content"] for m in body["transcript_tail"]] == ["echo: hello"]
 
 
 class TestSlowClients:
@@ -229,3 +249,37 @@ class TestSlowClients:
         head = answer.decode()
         assert head.startswith("HTTP/1.1 408"), head
         assert "not received within 0.5 s" in head
+
+    def test_a_timed_out_body_closes_the_connection(self, start_gateway, tmp_path):
+        home = tmp_path / "slow-close"
+        home.mkdir()
+        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
+        gw = start_gateway(home=home)
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as slow:
+            slow.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 50\r\n\r\n{")
+            answer = slow.makefile("rb").read()  # returns once the server hangs up
+        head = answer.partition(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
+
+    def test_a_half_sent_request_head_is_cut_off(self, start_gateway, tmp_path):
+        home = tmp_path / "slow-head"
+        home.mkdir()
+        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
+        gw = start_gateway(home=home)
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            answer = slow.makefile("rb").read()  # returns once the server hangs up (the
+            # client's own timeout is 30 s)
+        assert answer.startswith(b"HTTP/1.1 400")  # (gevent's answer to a cut head)
+
+    def test_a_chunked_body_over_the_limit_names_its_size(self, start_gateway, tmp_path):
+        gw = start_gateway()
+        big = b"a" * 1_100_000
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n"
+                         + b"%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n")
+            answer = sock.makefile("rb").read()
+        assert answer.startswith(b"HTTP/1.1 413")
+        assert b"request body too large: 1048577 bytes (limit 1048576)" in answer

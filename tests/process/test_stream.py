@@ -128,10 +128,14 @@ class TestStream:
         for stream in held:
             stream.close()
 
-    def test_bad_last_event_id_is_422(self, streaming_gateway):
+    @pytest.mark.parametrize("value", ["yesterday", "\u00b2", "99999999999999999999999"],
+                             ids=["a-word", "a-digit-int-refuses", "over-64-bits"])
+    def test_bad_last_event_id_is_422(self, streaming_gateway, value):
+        # refused before the stream opens (a cursor over 64 bits used to open it, then end
+        # it at its first read, and the client reconnected with it for ever)
         gateway = streaming_gateway()
         status, _, body = gateway.request("GET", "/v1/stream?chat_id=s4",
-                                          headers={"Last-Event-ID": "yesterday"})
+                                          headers={"Last-Event-ID": value})
         assert status == 422 and "Last-Event-ID" in body["error"]
 
 
