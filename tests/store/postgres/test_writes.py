@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.ops import NodeValue, PutRouting, SetRoutingFlags
+from hermes_actors.store.ops import NodeValue, OutboxAppend, PutRouting, SetRoutingFlags
 from hermes_actors.store.routing import NO_FLAGS
 
 MARKED = NO_FLAGS._replace(active_turn_token="t" * 32)
@@ -145,3 +145,52 @@ def test_text_the_server_cannot_store_fails_only_the_call(pg, bad):
         pg.apply([PutRouting("k", bad, *NO_FLAGS)])
     pg.apply([_put("k")])
     assert pg.routing_row("k") is not None
+
+
+class TestOutboxOrderAcrossNodes:
+    """Two nodes appending to one chat: the second waits for the first's commit, so one
+    chat's cursors become visible in their order (a reader past a later cursor would
+    otherwise never see an earlier one that committed late)."""
+
+    def test_an_append_waits_for_an_earlier_uncommitted_one_of_its_chat(self, pg,
+                                                                        postgres_dsn):
+        from hermes_actors.store.backends.postgres.operations import _OUTBOX_APPEND
+        from hermes_actors.store.backends.postgres.writer import (
+            _OUTBOX_LOCKS,
+            OUTBOX_LOCK_CLASS,
+            outbox_lock_keys,
+        )
+
+        def append(text: str) -> OutboxAppend:
+            return OutboxAppend("agent:main:webhook:group:g1:u", "webhook", "g1", None, text,
+                                "reply", 1.0)
+
+        other = psycopg.connect(postgres_dsn)  # another node's writer, mid-transaction
+        other.execute(_OUTBOX_LOCKS, (OUTBOX_LOCK_CLASS, outbox_lock_keys([[append("a")]])))
+        first = other.execute(_OUTBOX_APPEND, ("k", "webhook", "g1", None, "first", "reply",
+                                               1.0, None)).fetchone()[0]
+        done: dict[str, object] = {}
+        appender = threading.Thread(target=lambda: done.update(c=pg.apply([append("second")])))
+        appender.start()
+        watcher = psycopg.connect(postgres_dsn, autocommit=True)
+        try:  # this node's append waits for the chat's lock
+            _wait_for(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] > 0)
+            assert "c" not in done
+        finally:
+            other.commit()
+            other.close()
+            watcher.close()
+        appender.join(30)
+        [second] = done["c"]
+        assert second > first
+
+    def test_lock_keys_are_one_per_chat_sorted_and_fit_an_int4(self):
+        from hermes_actors.store.backends.postgres.writer import outbox_lock_keys
+
+        ops = [OutboxAppend("k", "webhook", chat, None, "t", "reply", 1.0)
+               for chat in ("c", "a", "b", "a")]
+        keys = outbox_lock_keys([ops[:2], ops[2:], [NodeValue("n", "x", "1")]])
+        assert len(keys) == 3 and keys == sorted(keys)
+        assert all(-(1 << 31) <= k < (1 << 31) for k in keys)
+        assert outbox_lock_keys([[NodeValue("n", "x", "1")]]) == []

@@ -32,6 +32,7 @@ error instead of waiting for a connect timeout per list.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,30 @@ from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.store.backends.postgres.batch import Batch, Later
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.operations import PostgresOps
-from hermes_actors.store.ops import Op
+from hermes_actors.store.ops import Op, OutboxAppend
 
-__all__ = ["WRITE_ATTEMPTS", "Writer"]
+__all__ = ["WRITE_ATTEMPTS", "Writer", "outbox_lock_keys"]
+
+#: The first key of the outbox's advisory locks ("outb" in ASCII): with the second key, a
+#: hash of the chat, one lock per chat (two-key locks never meet the migrations' one-key one).
+OUTBOX_LOCK_CLASS = 0x6F757462
+#: Taken first in a transaction that appends to the outbox, one per chat, in key order.
+_OUTBOX_LOCKS = ("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%s::integer[])"
+                 " WITH ORDINALITY AS keys(k, n) ORDER BY n")
+
+
+def outbox_lock_keys(lists: list[list[Op]]) -> list[int]:
+    """The second keys of the outbox locks a transaction of ``lists`` takes: one per chat it
+    appends to, sorted (every transaction takes them in the same order: no deadlock).
+
+    Why: every node of a cluster has its own committer, and cursors come from one sequence,
+    so two nodes appending to one chat (two users' sessions of a group, on two nodes) could
+    commit cursor 2 before cursor 1, and a reader past 2 would never see 1. Holding the
+    chat's lock from before its cursor is drawn to the commit keeps one chat's cursors
+    visible in their order."""
+    keys = {zlib.crc32(f"{op.platform}\0{op.chat_id}".encode()) for ops in lists
+            for op in ops if type(op) is OutboxAppend}
+    return sorted(k - (1 << 32) if k >= 1 << 31 else k for k in keys)  # as int4
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +150,19 @@ class Writer:
         self._ops.committed(True)
         return result
 
+    def _statements(self, batch: Batch, lists: list[list[Op]]) -> list[list[Any]]:
+        """Every list's statements into ``batch``, after the outbox locks they need
+        (:func:`outbox_lock_keys`); one list of results per op list."""
+        keys = outbox_lock_keys(lists)
+        if keys:
+            batch.add(_OUTBOX_LOCKS, (OUTBOX_LOCK_CLASS, keys))
+        return [[self._ops.apply(batch, op) for op in ops] for ops in lists]
+
     def apply_group(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
         """Apply several callers' lists in one transaction; ``(ok, results or error)`` each."""
         if len(lists) > 1:
             try:
-                results = self._transaction(
-                    lambda batch: [[self._ops.apply(batch, op) for op in ops] for ops in lists])
+                results = self._transaction(lambda batch: self._statements(batch, lists))
             except (_OutcomeUnknown, _NoConnection) as exc:
                 return [(False, exc.error)] * len(lists)
             except Exception as exc:  # noqa: BLE001 - replayed one by one below
@@ -158,8 +187,7 @@ class Writer:
         failures = 0
         while True:
             try:
-                return self._transaction(
-                    lambda batch: [[self._ops.apply(batch, op) for op in ops]])[0]
+                return self._transaction(lambda batch: self._statements(batch, [ops]))[0]
             except _OutcomeUnknown as exc:
                 raise exc.error from None
             except _NoConnection:
