@@ -55,6 +55,7 @@ from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 from hermes_actors.process.platforms import connect_platforms, platform_adapters
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.homelock import HomeLock
 
 __all__ = ["RunOptions", "run"]
 
@@ -154,6 +155,21 @@ def _wait_for_stop_or_outage(slot: GatewaySlot, signals: _Signals) -> bool:
     return False
 
 
+def _unless_stopped(signals: _Signals, work: Any) -> tuple[bool, Any]:
+    """Run ``work()`` until it returns (``(True, its result)``; its exception is raised) or
+    a stop signal comes first (``(False, None)``: ``work`` is left running, the process is
+    about to end)."""
+    job = gevent.spawn(work)
+    stop = gevent.spawn(signals.stop.wait)
+    try:
+        gevent.wait([job, stop], count=1)
+    finally:
+        stop.kill()
+    if not job.ready():
+        return False, None
+    return True, job.get()
+
+
 def _replace_gateway(slot: GatewaySlot, make_gateway: Any, signals: _Signals,
                      report_box: list[Any]) -> bool:
     """After an outage: stop the gateway, then start new ones until one starts (``True``)
@@ -167,14 +183,20 @@ def _replace_gateway(slot: GatewaySlot, make_gateway: Any, signals: _Signals,
     log.warning("event=store_outage error=%s note=messages are refused until the database "
                 "is back", safe(old.store.outage))
     slot.replacing = True
-    old.stop(drain_timeout=0)  # its writes fail: recovery reads the database instead
+    # Its writes fail: recovery reads the database instead. A stop signal meanwhile ends
+    # the process at once (a database that does not answer can hold a stop for long, and
+    # everything durable is in the database: the next start recovers as after a crash).
+    if not _unless_stopped(signals, lambda: old.stop(drain_timeout=0))[0]:
+        return False
     attempt = 0
     while not signals.stop.is_set():
         # Current from the start on: its recovery delivers through the outbox, which writes
         # to the current gateway's store.
         gateway = slot.current = make_gateway()
         try:
-            report = gateway.start()
+            started, report = _unless_stopped(signals, gateway.start)
+            if not started:
+                return False
         except StoreUnavailableError as exc:
             delay = RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)]
             attempt += 1
@@ -187,6 +209,11 @@ def _replace_gateway(slot: GatewaySlot, make_gateway: Any, signals: _Signals,
         _log_event("store_back", attempts=attempt + 1)
         return True
     return False
+
+
+def _url(host: str, port: int) -> str:
+    """The base URL of the server (an IPv6 address in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _prune_outbox(outbox: Outbox, stop: Event) -> None:
@@ -212,8 +239,12 @@ def run(options: RunOptions) -> int:
     outbox = Outbox()
     adapters = [OutboxAdapter(platform, outbox) for platform in config.http.platforms]
 
+    # One lock for the life of the process: the gateways that replace one another after a
+    # database outage all hold it, so no other gateway can take the home in between.
+    home_lock = HomeLock(home)
+
     def make_gateway() -> Gateway:
-        return Gateway(home, config, adapters=[*adapters, *platforms])
+        return Gateway(home, config, adapters=[*adapters, *platforms], home_lock=home_lock)
 
     gateway = make_gateway()
     try:
@@ -223,6 +254,7 @@ def run(options: RunOptions) -> int:
     finally:
         for adapter in platforms:
             adapter.close()
+        home_lock.release()
 
 
 def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: Any,
@@ -237,7 +269,7 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     try:
         server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = exc.strerror or str(exc)  # (a failed name lookup's errno is negative)
         raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None
     signals = _Signals()
     signals.install()
@@ -250,7 +282,7 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
             for adapter in platforms:
                 adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
-        _log_event("ready", host=host, port=port, url=f"http://{host}:{port}",
+        _log_event("ready", host=host, port=port, url=_url(host, port),
                    auth="token" if http.token else "none")
         pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)
         while _wait_for_stop_or_outage(slot, signals):

@@ -95,6 +95,7 @@ class Gateway:
         adapters: Iterable[Any] = (),
         clock: Any = None,
         memory_probe: Any = None,
+        home_lock: HomeLock | None = None,
     ) -> None:
         self.home = Path(home)
         self.config = config if config is not None else load_config()
@@ -102,7 +103,10 @@ class Gateway:
         self.memory_probe = memory_probe
         self.adapters = list(adapters)
         self._agent_factory = agent_factory or agent_factory_from_config(self.config)
-        self._home_lock = HomeLock(self.home)
+        #: The home's lock: the gateway's own, or a host's (``home_lock``) that outlives
+        #: it, which the gateway takes if need be and never releases.
+        self._home_lock = home_lock if home_lock is not None else HomeLock(self.home)
+        self._owns_home_lock = home_lock is None
         #: Messages accepted and refused (by reason) since this gateway was created.
         self.ingress = IngressCounters()
         #: Finished turns by status, and their durations.
@@ -198,7 +202,7 @@ class Gateway:
             return self._start()
         except BaseException:
             if self._state == "new":  # nothing runs that stop() would have to settle
-                self._home_lock.release()
+                self._release_home()
             raise
 
     def _start(self) -> RecoveryReport:
@@ -334,7 +338,11 @@ class Gateway:
                 if name == "marker":
                     self.stopped_cleanly = True
         self._state = "stopped"
-        self._home_lock.release()
+        self._release_home()
+
+    def _release_home(self) -> None:
+        if self._owns_home_lock:  # a host's lock is the host's to release
+            self._home_lock.release()
 
     def _release_adapters(self) -> None:
         assert self.cluster is not None

@@ -119,6 +119,20 @@ class TestOneProcessPerHome:
         assert "Traceback" not in result.stderr
 
 
+    def test_a_host_that_does_not_resolve_is_named_with_its_reason(self, tmp_path):
+        result = run_cli("run", "--home", str(tmp_path / "h"), "--host", "nosuch.invalid",
+                         "--port", "0")
+        assert result.returncode == 1
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("hermes-actors: error: cannot listen on nosuch.invalid:0: ")
+        assert "Unknown error" not in last and "Traceback" not in result.stderr
+
+    def test_an_ipv6_host_is_in_brackets_in_the_ready_url(self, start_gateway):
+        gateway = start_gateway("--host", "::1")
+        ready = next(line for line in gateway.stderr.lines if "event=ready" in line)
+        assert f"url=http://[::1]:{gateway.port}" in ready
+
+
 class TestWriterProcess:
     """The standalone process commits through a writer child that lives and dies with it."""
 

@@ -127,3 +127,28 @@ class TestServerOutage:
                 assert len(plain) == len(set(plain)), f"chat {chat}: a message answered twice"
             assert sender.refused > 0  # the outage was seen by the client, as 503s
             assert gateway.stop() == 0
+
+
+class TestHomeDuringAnOutage:
+    """While the gateway waits for its database, the home stays its own (no second gateway
+    can take it between the replacements), and a stop signal ends the process."""
+
+    def test_the_home_stays_locked_and_a_signal_stops_the_wait(self, own_server,
+                                                               start_gateway):
+        from hermes_actors.errors import HomeInUseError
+        from hermes_actors.runtime.homelock import HomeLock
+
+        with own_server.database() as dsn:
+            gateway = start_gateway(env={"HERMES_STORE_BACKEND": "postgres",
+                                         "HERMES_STORE_DSN": dsn})
+            gateway.post("1", "hello")
+            gateway.replies("1", 1)
+            own_server.pause()
+            # its write fails (or is refused, once the outage is known): either way seen
+            gateway.request("POST", "/v1/messages", {"chat_id": "1", "text": "during"})
+            gateway.stderr.expect(r"event=store_outage", timeout=60)
+            gateway.stderr.expect(r"event=store_waiting", timeout=60)  # a start failed
+            with pytest.raises(HomeInUseError):
+                HomeLock(gateway.home).acquire()
+            assert gateway.stop(timeout=30) == 0
+            own_server.resume()
