@@ -77,6 +77,9 @@ class Model:
                 if item[0] == "internal":
                     self.slot = self.overflow.pop(i)
                     break
+            else:  # no wake-up waits: the overflow head moves up (FIFO for what follows)
+                if self.overflow:
+                    self.slot = self.overflow.pop(0)
 
     def new(self) -> None:
         items = ([self.slot] if self.slot else []) + self.overflow
