@@ -175,7 +175,8 @@ class Delivery:
         ``failed``. A bare obligation id is claimed first.
 
         Returns False without spending an attempt when no connected adapter serves the
-        platform (the row stays ``pending`` for a later sweep) or another live process owns it.
+        platform (the row stays ``pending`` for a later sweep: a claim taken at record time,
+        while the adapter was up, is handed back) or another live process owns it.
         """
         if not isinstance(owed, Owed):
             owed = Owed(owed, claimed=owed is None and not self._ledger)
@@ -184,6 +185,8 @@ class Delivery:
         adapter = self._adapters.get(target.platform)
         if adapter is None or not getattr(adapter, "connected", False):
             log.info("delivery deferred platform=%s reason=not_connected", target.platform)
+            if owed.claimed and owed.id is not None:  # claimed at record time, then dropped
+                self._store.ledger_release(owed.id)  # a sweep sends it once it reconnects
             return False
         if not owed.claimed and not self._store.ledger_claim(owed.id):
             return False

@@ -21,6 +21,7 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    LedgerRelease,
     Op,
 )
 from hermes_actors.store.transcript import normalize_message
@@ -128,6 +129,13 @@ class DeliveryLedger:
         granted = self._core.apply([LedgerClaim(oid, node, boot, at) for oid in ids]) \
             if ids else []
         return {oid for oid, ok in zip(ids, granted, strict=True) if ok}
+
+    def ledger_release(self, obligation_id: str) -> bool:
+        """Hand back this sender's claim of a row it sent nothing under (no connected
+        adapter): ``pending`` again, the attempt not spent (``failed`` if it was attempted
+        before); ``False`` when this sender does not hold it."""
+        return bool(self._core.apply([LedgerRelease(obligation_id, *self.owner,
+                                                    self._core.ts())])[0])
 
     def ledger_finish(self, obligation_id: str, state: str, *,
                       error: str | None = None) -> str | None:

@@ -10,7 +10,8 @@ is owned by the gateway boot attempting it: a node id (stable per home) and a bo
 at every start). A boot never claims a row it is attempting itself (that would be a second
 send); a row another boot was attempting is claimable: on one home only one gateway runs at
 a time (the home lock), so that boot is gone and its send is uncertain (redelivered once,
-prefixed).
+prefixed). A boot that claimed a row and sent nothing (its adapter dropped in between)
+hands the claim back (:func:`released_state`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "claim_allowed",
     "finish_state",
     "obligation_id",
+    "released_state",
 ]
 
 #: What an obligation carries: a turn's reply, a reply found by crash recovery, a notice.
@@ -72,6 +74,13 @@ def claim_allowed(
     if owner_node == claimer_node and owner_boot == claimer_boot:
         return state != "attempting"
     return True
+
+
+def released_state(attempts: int) -> str:
+    """The state of an ``attempting`` row whose claim is handed back unused, ``attempts``
+    counting that claim: ``pending`` when it was the first (the sweep sends it plainly),
+    else ``failed`` (it was tried before, so its sending stays uncertain: prefixed)."""
+    return "pending" if attempts <= 1 else "failed"
 
 
 def finish_state(state: str, *, attempts: int, created_at: float, now: float) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "LedgerFinish",
     "LedgerPrune",
     "LedgerRecord",
+    "LedgerRelease",
     "NodeValue",
     "NotifyOutbox",
     "NotifyShard",
@@ -199,6 +200,19 @@ class LedgerClaim:
 
 
 @dataclass
+class LedgerRelease:
+    """Hand back a claim nothing was sent under (the adapter dropped after the claim): an
+    ``attempting`` row this sender owns loses the attempt and its owner and is ``pending``
+    again, or ``failed`` when it had been attempted before
+    (:func:`~hermes_actors.store.ledger.released_state`); returns whether it was handed back."""
+
+    obligation_id: str
+    owner_node: str
+    owner_boot: str
+    at: float
+
+
+@dataclass
 class LedgerFinish:
     """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown."""
 
@@ -320,6 +334,7 @@ Op = (
     | PruneInbox
     | LedgerRecord
     | LedgerClaim
+    | LedgerRelease
     | LedgerFinish
     | LedgerPrune
     | OutboxAppend

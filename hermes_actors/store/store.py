@@ -405,6 +405,11 @@ class SessionStore:
         """:meth:`ledger_claim` for several rows in one transaction; the ids granted."""
         return self._ledger.ledger_claim_many(obligation_ids, owner=owner)
 
+    def ledger_release(self, obligation_id: str) -> bool:
+        """Hand back this store's claim of a row nothing was sent under: ``pending`` again,
+        the attempt not spent; ``False`` when this sender does not hold it."""
+        return self._ledger.ledger_release(obligation_id)
+
     def ledger_finish(self, obligation_id: str, state: str, *,
                       error: str | None = None) -> str | None:
         """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts

@@ -137,6 +137,49 @@ class TestUnreachablePlatform:
         h.idle()
         assert h.texts() == ["echo: later"]
 
+    @staticmethod
+    def _drop_after_record(h) -> None:
+        """Disconnect the adapter right after the next obligation is recorded (and claimed:
+        the adapter was up), before its send; reconnect and restore on the next call."""
+        store = h.gw.store
+        record = store.ledger_record
+
+        def record_then_drop(**kw):
+            oid = record(**kw)
+            store.ledger_record = record
+            h.adapter.connected = False
+            return oid
+
+        store.ledger_record = record_then_drop
+
+    def test_a_reply_claimed_before_the_adapter_dropped_is_sent_after_reconnect(
+            self, make_harness):
+        h = make_harness()
+        self._drop_after_record(h)
+        h.send("hello")
+        h.idle()
+        assert h.texts() == []
+        [row] = h.gw.store.ledger_rows()
+        assert (row["state"], row["attempts"], row["owner_boot"]) == ("pending", 0, None)
+        h.adapter.connected = True
+        h.gw.housekeeping_tick()
+        h.idle()
+        assert h.texts() == ["echo: hello"]  # plainly: nothing had been sent
+
+    def test_a_notice_claimed_before_the_adapter_dropped_is_sent_after_reconnect(
+            self, make_harness):
+        h = make_harness()
+        self._drop_after_record(h)
+        h.send("/status")
+        h.idle()
+        assert h.texts() == []
+        h.adapter.connected = True
+        h.gw.housekeeping_tick()
+        h.idle()
+        [text] = h.texts()
+        assert text.startswith("Session: ") and "Queue depth: 0" in text  # plainly
+        assert h.gw.store.ledger_counts() == {"delivered": 1}
+
 
 class TestDrain:
     """stop() drains a running turn; past the deadline it interrupts and marks resume."""

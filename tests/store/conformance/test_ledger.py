@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_actors.store.ops import LedgerClaim, LedgerFinish, LedgerPrune
+from hermes_actors.store.ops import LedgerClaim, LedgerFinish, LedgerPrune, LedgerRelease
 
 from .ops import T0, record
 
@@ -17,6 +17,11 @@ def claim(oid: str = "o" * 24, boot: str = "b1", node: str = "n1",
 def finish(state: str, oid: str = "o" * 24, at: float = T0, error: str | None = None
            ) -> LedgerFinish:
     return LedgerFinish(oid, state, error, at)
+
+
+def release(oid: str = "o" * 24, boot: str = "b1", node: str = "n1",
+            at: float = T0) -> LedgerRelease:
+    return LedgerRelease(oid, node, boot, at)
 
 
 class TestLedger:
@@ -35,6 +40,29 @@ class TestLedger:
         [row] = backend.ledger_rows()
         assert (row["attempts"], row["owner_node"], row["owner_boot"]) == (2, "n1", "b2")
         assert backend.apply([claim("missing")]) == [False]
+
+    def test_a_claim_handed_back_unspent(self, backend):
+        backend.apply([record()])
+        backend.apply([claim()])
+        assert backend.apply([release(boot="b2"), release(node="n2"), release("missing")]) == [
+            False, False, False]  # only the claim's owner hands it back
+        assert backend.apply([release(at=T0 + 5)]) == [True]
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["attempts"], row["owner_node"], row["owner_boot"],
+                row["updated_at"]) == ("pending", 0, None, None, T0 + 5)
+        assert backend.apply([release()]) == [False]  # not attempting any more
+        assert backend.apply([claim()]) == [True]  # claimable again, by the same boot
+        assert backend.ledger_rows()[0]["attempts"] == 1
+
+    def test_a_claim_handed_back_after_earlier_attempts_stays_uncertain(self, backend):
+        backend.apply([record()])
+        backend.apply([claim(boot="b0"), claim()])  # b0 is gone: its send is uncertain
+        assert backend.apply([release()]) == [True]
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["attempts"], row["owner_boot"]) == ("failed", 1, None)
+        backend.apply([claim(), finish("delivered")])
+        assert backend.apply([release()]) == [False]  # final rows are never handed back
+        assert backend.ledger_rows()[0]["state"] == "delivered"
 
     def test_outcomes(self, backend):
         backend.apply([record("a" * 24), record("b" * 24), record("c" * 24, at=T0 - 25 * HOUR)])

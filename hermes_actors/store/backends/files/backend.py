@@ -48,6 +48,7 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    LedgerRelease,
     NodeValue,
     Op,
     OutboxAppend,
@@ -75,7 +76,7 @@ __all__ = ["FilesBackend"]
 log = logging.getLogger(__name__)
 
 _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
-_LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerFinish, LedgerPrune)
+_LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerFinish, LedgerPrune)
 _NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage)
 _ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
 #: Every operation this backend applies; anything else refuses the whole list up front

@@ -18,6 +18,7 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    LedgerRelease,
     OutboxAppend,
     OutboxPrune,
     PruneInbox,
@@ -122,6 +123,15 @@ class MemoryLedger:
             claimed.update(state="attempting", attempts=claimed["attempts"] + 1,
                            owner_node=op.owner_node, owner_boot=op.owner_boot,
                            updated_at=op.at)
+            return True
+        if isinstance(op, LedgerRelease):
+            held = self.rows.get(op.obligation_id)
+            if held is None or (held["state"], held["owner_node"], held["owner_boot"]) != (
+                    "attempting", op.owner_node, op.owner_boot):
+                return False
+            held.update(state=ledger.released_state(held["attempts"]),
+                        attempts=held["attempts"] - 1, owner_node=None, owner_boot=None,
+                        updated_at=op.at)
             return True
         if isinstance(op, LedgerFinish):
             finished = self.rows.get(op.obligation_id)

@@ -49,6 +49,7 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    LedgerRelease,
     NodeValue,
     NotifyOutbox,
     NotifyShard,
@@ -139,6 +140,13 @@ _LEDGER_CLAIM = (
     " AND owner_node IS NOT DISTINCT FROM %s AND owner_boot IS NOT DISTINCT FROM %s)"
 )
 _CLAIMABLE = list(ledger.CLAIMABLE_STATES)
+#: ``ledger.released_state`` in SQL (the ``CASE`` reads ``attempts`` before the update).
+_LEDGER_RELEASE = (
+    "UPDATE deliveries SET state = CASE WHEN attempts > 1 THEN 'failed' ELSE 'pending' END,"
+    " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = %s"
+    " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
+    " AND owner_boot = %s"
+)
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = %s"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s"
@@ -210,6 +218,7 @@ class PostgresOps:
             PruneInbox: self._prune_inbox,
             LedgerRecord: self._ledger_record,
             LedgerClaim: self._ledger_claim,
+            LedgerRelease: self._ledger_release,
             LedgerFinish: self._ledger_finish,
             LedgerPrune: self._ledger_prune,
             OutboxAppend: self._outbox_append,
@@ -316,6 +325,10 @@ class PostgresOps:
         return batch.run(_LEDGER_CLAIM, (
             op.owner_node, op.owner_boot, op.at, op.obligation_id, _CLAIMABLE,
             op.owner_node, op.owner_boot), _claimed)
+
+    def _ledger_release(self, batch: Batch, op: LedgerRelease) -> Later:
+        return batch.run(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
+                                           op.owner_boot), _claimed)
 
     def _ledger_finish(self, batch: Batch, op: LedgerFinish) -> Later | str | None:
         if op.state == "delivered":  # final whatever the attempts: one statement

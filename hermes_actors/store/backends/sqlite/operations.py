@@ -36,6 +36,7 @@ from hermes_actors.store.ops import (
     LedgerFinish,
     LedgerPrune,
     LedgerRecord,
+    LedgerRelease,
     NodeValue,
     Op,
     OutboxAppend,
@@ -139,6 +140,12 @@ _LEDGER_CLAIM = (
 #: The common claim in one statement: a fresh ``pending`` row nobody owns is always
 #: claimable (``ledger.claim_allowed``); anything else takes the read-and-decide path.
 _LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
+#: ``ledger.released_state`` in SQL (the ``CASE`` reads ``attempts`` before the update).
+_LEDGER_RELEASE = (
+    "UPDATE deliveries SET state = CASE WHEN attempts > 1 THEN 'failed' ELSE 'pending' END,"
+    " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = ?"
+    " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
+)
 _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ? WHERE obligation_id = ?"
@@ -174,6 +181,7 @@ class SqliteOps:
             PruneInbox: self._prune_inbox,
             LedgerRecord: self._ledger_record,
             LedgerClaim: self._ledger_claim,
+            LedgerRelease: self._ledger_release,
             LedgerFinish: self._ledger_finish,
             LedgerPrune: self._ledger_prune,
             OutboxAppend: self._outbox_append,
@@ -323,6 +331,10 @@ class SqliteOps:
             return False
         self._db.execute_sql(_LEDGER_CLAIM, args)
         return True
+
+    def _ledger_release(self, op: LedgerRelease) -> bool:
+        return self._db.execute_sql(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
+                                                      op.owner_boot)).rowcount > 0
 
     def _ledger_finish(self, op: LedgerFinish) -> str | None:
         if op.state == "delivered":  # final whatever the attempts: one statement
