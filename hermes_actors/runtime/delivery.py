@@ -5,12 +5,17 @@ replies (so a session's replies leave in turn order), and ``NoticeActor``s use i
 acknowledgements and command answers, so an actor never blocks its mailbox on a send.
 
 A platform's rate limit (a send answered with ``retry_after``, Telegram's 429) is waited out
-here, inside the ledger's rules rather than beside them: the refused try is a failed attempt
-(the ledger counts it, and abandons the row after the third), then the row is claimed again
-and sent after the wait. The worker that sent it waits, so a session's replies keep their
-order. A longer wait than :data:`MAX_RETRY_WAIT` is not held in a worker: the row stays
-``failed`` for the housekeeping sweep. A refusal for good (``SendResult.permanent``: a bot
-blocked by the user) abandons the row at once: no sweep tries it again.
+here, inside the ledger's rules rather than beside them: the worker that sent it waits with
+the row still claimed (``attempting``, this boot's: no sweep sends it meanwhile), so a
+session's replies keep their order; then the refused try is a failed attempt (the ledger
+counts it, and abandons the row after the third) and the row is claimed again, in one
+transaction, and the parts not sent yet go out. A longer wait than :data:`MAX_RETRY_WAIT` is
+not held in a worker: the row is left ``failed`` for the housekeeping sweep. Whenever a
+failed row is left, its content is what is still owed (the parts already sent are dropped
+from it), so a sweep or a later boot sends only the rest. A crash during the wait leaves an
+``attempting`` row of a dead boot: redelivered once, prefixed. A refusal for good
+(``SendResult.permanent``: a bot blocked by the user) abandons the row at once: no sweep
+tries it again.
 """
 
 from __future__ import annotations
@@ -198,14 +203,13 @@ class Delivery:
             if (result.success or wait is None or wait > MAX_RETRY_WAIT
                     or tries >= MAX_ATTEMPTS):
                 break
-            # Rate-limited: this attempt is spent; wait, claim the row again, send the rest.
-            if owed.id is not None and self._store.ledger_finish(
-                    owed.id, "failed", error=result.error) != "failed":
-                return False  # abandoned: its attempts are used up
+            # Rate-limited: wait with the row still claimed (a sweep leaves it alone), then
+            # spend this attempt and claim the row again for the rest, in one commit.
             log.info("delivery rate-limited platform=%s retry_after=%.1f", target.platform, wait)
             self._sleep(max(0.0, wait))
-            if owed.id is not None and not self._store.ledger_claim(owed.id):
-                return False
+            if owed.id is not None and not self._store.ledger_retry(
+                    owed.id, error=result.error, content=result.unsent):
+                return False  # abandoned: its attempts are used up
             tries += 1
             outgoing = outgoing._replace(text=result.unsent or outgoing.text)
         if owed.id is not None:
@@ -217,18 +221,18 @@ class Delivery:
         """Record the outcome of ``result``; with a tracker (``tracker``, else the
         gateway's), without waiting for the commit: counted as outstanding work until it is
         durable."""
-        error = result.error
+        error, owed = result.error, result.unsent  # only the parts not sent are still owed
         if result.success:
             state, error = "delivered", None
         else:
             state = "abandoned" if result.permanent else "failed"
         tracker = tracker or self._tracker
         if tracker is None:
-            self._store.ledger_finish(obligation_id, state, error=error)
+            self._store.ledger_finish(obligation_id, state, error=error, content=owed)
             return
         tracker.add()
         try:
-            self._store.ledger_finish_later(obligation_id, state, error=error,
+            self._store.ledger_finish_later(obligation_id, state, error=error, content=owed,
                                             on_done=tracker.done)
         except BaseException:
             tracker.done()

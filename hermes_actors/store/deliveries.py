@@ -137,22 +137,34 @@ class DeliveryLedger:
         return bool(self._core.apply([LedgerRelease(obligation_id, *self.owner,
                                                     self._core.ts())])[0])
 
-    def ledger_finish(self, obligation_id: str, state: str, *,
-                      error: str | None = None) -> str | None:
+    def ledger_finish(self, obligation_id: str, state: str, *, error: str | None = None,
+                      content: str | None = None) -> str | None:
         """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts or
         24 h), or ``abandoned`` at once (refused for good); returns the stored state, or
-        ``None`` for an unknown id."""
+        ``None`` for an unknown id. ``content``: what is still owed when only the first
+        parts were sent (the row's content from then on)."""
         _check_outcome(state)
-        return self._core.apply([LedgerFinish(obligation_id, state, error, self._core.ts())])[0]
+        return self._core.apply([LedgerFinish(obligation_id, state, error, self._core.ts(),
+                                              content)])[0]
 
     def ledger_finish_later(self, obligation_id: str, state: str, *, error: str | None = None,
-                            on_done: Callable[[], None]) -> None:
+                            content: str | None = None, on_done: Callable[[], None]) -> None:
         """:meth:`ledger_finish` without waiting for the commit; ``on_done()`` once durable
         (or failed, logged). A crash before that commit leaves the row ``attempting``:
         redelivered once with the recovered prefix, as for a crash right after the send."""
         _check_outcome(state)
-        self._core.apply_later([LedgerFinish(obligation_id, state, error, self._core.ts())],
-                               on_done)
+        self._core.apply_later([LedgerFinish(obligation_id, state, error, self._core.ts(),
+                                             content)], on_done)
+
+    def ledger_retry(self, obligation_id: str, *, error: str | None,
+                     content: str | None = None) -> bool:
+        """After a rate limit waited out with the row still claimed: count the refused try
+        as a failed attempt (``content``: what is still owed, as for :meth:`ledger_finish`)
+        and claim the row again, in one transaction, so no sweep ever sees it ``failed``;
+        ``False`` when the claim is refused (its attempts are used up: abandoned)."""
+        at = self._core.ts()
+        return bool(self._core.apply([LedgerFinish(obligation_id, "failed", error, at, content),
+                                      LedgerClaim(obligation_id, *self.owner, at)])[1])
 
     def ledger_finish_many(self, outcomes: Iterable[tuple[str, bool, str | None]]) -> None:
         """End several attempts in one transaction: ``(obligation_id, delivered, error)``."""

@@ -214,12 +214,16 @@ class LedgerRelease:
 
 @dataclass
 class LedgerFinish:
-    """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown."""
+    """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown.
+    ``content`` (an attempt that is not ``delivered``): what is still owed, when the send
+    delivered only the first parts of the text; it replaces the row's content, so a later
+    send carries only the rest."""
 
     obligation_id: str
     state: str
     error: str | None
     at: float
+    content: str | None = None
 
 
 @dataclass

@@ -410,21 +410,29 @@ class SessionStore:
         the attempt not spent; ``False`` when this sender does not hold it."""
         return self._ledger.ledger_release(obligation_id)
 
-    def ledger_finish(self, obligation_id: str, state: str, *,
-                      error: str | None = None) -> str | None:
+    def ledger_finish(self, obligation_id: str, state: str, *, error: str | None = None,
+                      content: str | None = None) -> str | None:
         """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts
-        or 24 h); returns the stored state, or ``None`` for an unknown id."""
-        return self._ledger.ledger_finish(obligation_id, state, error=error)
+        or 24 h); returns the stored state, or ``None`` for an unknown id. ``content``:
+        what is still owed when only the first parts were sent."""
+        return self._ledger.ledger_finish(obligation_id, state, error=error, content=content)
 
     def ledger_finish_later(self, obligation_id: str, state: str, *, error: str | None = None,
-                            on_done: Callable[[], None]) -> None:
+                            content: str | None = None, on_done: Callable[[], None]) -> None:
         """:meth:`ledger_finish` without waiting for the commit; ``on_done()`` once
         durable (or failed, logged). A crash before that commit leaves the row
         ``attempting``: redelivered once with the recovered prefix, as for a crash right
         after the send."""
         return self._ledger.ledger_finish_later(
-            obligation_id, state, error=error, on_done=on_done
+            obligation_id, state, error=error, content=content, on_done=on_done
         )
+
+    def ledger_retry(self, obligation_id: str, *, error: str | None,
+                     content: str | None = None) -> bool:
+        """Count a rate-limited try as a failed attempt and claim the row again, in one
+        transaction (the row is never ``failed`` for a sweep meanwhile); ``False`` when
+        the claim is refused."""
+        return self._ledger.ledger_retry(obligation_id, error=error, content=content)
 
     def ledger_finish_many(self, outcomes: Iterable[tuple[str, bool, str | None]]) -> None:
         """End several attempts in one transaction: ``(obligation_id, delivered,

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from hermes_actors import Gateway, MessageEvent, SendResult, SessionSource, load_config
-from hermes_actors.runtime.delivery import MAX_RETRY_WAIT
+from hermes_actors import (
+    Gateway,
+    InMemoryAdapter,
+    MessageEvent,
+    SendResult,
+    SessionSource,
+    load_config,
+)
+from hermes_actors.runtime.delivery import MAX_RETRY_WAIT, RECOVERED_PREFIX
 from hermes_actors.testing import FakeClock
 
 
@@ -83,6 +92,88 @@ class TestRateLimit:
         gateway = run(adapter, clock)
         assert len(adapter.calls) == 1 and clock.slept == []
         assert (_row(gateway)["state"], _row(gateway)["attempts"]) == ("failed", 1)
+
+
+class HeldClock(FakeClock):
+    """A fake clock whose ``sleep`` says it began, then blocks until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping, self.release = threading.Event(), threading.Event()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeping.set()
+        assert self.release.wait(timeout=30), "the test never released the sleep"
+        super().sleep(seconds)
+
+
+class FirstPartThenLimited(InMemoryAdapter):
+    """Delivers the first part of the first text, then answers a 429 for the rest; every
+    later send goes out whole."""
+
+    def __init__(self, wait: float = 5.0) -> None:
+        super().__init__("telegram")
+        self.wait = wait
+        self.limited = False
+
+    def send(self, target, text):
+        if self.limited or "\n\n" not in text:
+            return super().send(target, text)
+        self.limited = True
+        first, rest = text.split("\n\n", 1)
+        super().send(target, first)
+        return SendResult(False, error="429 Too Many Requests", retry_after=self.wait,
+                          unsent=rest)
+
+
+class TestRateLimitedRest:
+    """While a worker waits out a rate limit its row stays claimed, so a sweep meanwhile
+    sends nothing; whatever is left owed is only the parts not sent yet."""
+
+    @pytest.fixture
+    def gateway(self, tmp_path):
+        made = []
+
+        def start(adapter, clock) -> Gateway:
+            gateway = Gateway(tmp_path / "home", load_config({}, env={}), adapters=[adapter],
+                              clock=clock)
+            made.append(gateway)
+            gateway.start()
+            gateway.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"),
+                                        text="part one\n\npart two"))
+            return gateway
+
+        yield start
+        for gateway in made:
+            gateway.stop(drain_timeout=5)
+
+    def test_a_sweep_during_the_wait_sends_nothing(self, gateway):
+        clock, adapter = HeldClock(), FirstPartThenLimited()
+        gw = gateway(adapter, clock)
+        assert clock.sleeping.wait(timeout=30)
+        try:
+            [waiting] = gw.store.ledger_rows()
+            gw.housekeeping_tick()  # its sweep finds the row this boot holds: leaves it
+            swept = adapter.texts()
+        finally:
+            clock.release.set()
+        assert gw.wait_idle(timeout=30)
+        assert swept == ["echo: part one"]
+        assert adapter.texts() == ["echo: part one", "part two"]  # in order, once each
+        assert (waiting["state"], waiting["attempts"]) == ("attempting", 1)
+        [row] = gw.store.ledger_rows()
+        assert (row["state"], row["attempts"]) == ("delivered", 2)
+
+    def test_a_wait_too_long_leaves_only_the_rest_to_the_sweep(self, gateway):
+        clock, adapter = FakeClock(), FirstPartThenLimited(wait=MAX_RETRY_WAIT + 1)
+        gw = gateway(adapter, clock)
+        assert gw.wait_idle(timeout=30)
+        [row] = gw.store.ledger_rows()
+        assert (row["state"], row["content"]) == ("failed", "part two")
+        gw.housekeeping_tick()
+        assert gw.wait_idle(timeout=30)
+        assert adapter.texts() == ["echo: part one", RECOVERED_PREFIX + "part two"]
+        assert clock.slept == []
 
 
 class TestRefusal:

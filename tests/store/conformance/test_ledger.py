@@ -14,9 +14,9 @@ def claim(oid: str = "o" * 24, boot: str = "b1", node: str = "n1",
     return LedgerClaim(oid, node, boot, at)
 
 
-def finish(state: str, oid: str = "o" * 24, at: float = T0, error: str | None = None
-           ) -> LedgerFinish:
-    return LedgerFinish(oid, state, error, at)
+def finish(state: str, oid: str = "o" * 24, at: float = T0, error: str | None = None,
+           content: str | None = None) -> LedgerFinish:
+    return LedgerFinish(oid, state, error, at, content)
 
 
 def release(oid: str = "o" * 24, boot: str = "b1", node: str = "n1",
@@ -75,6 +75,20 @@ class TestLedger:
         assert backend.ledger_counts() == {"delivered": 1, "attempting": 1, "abandoned": 1}
         assert [r["obligation_id"] for r in backend.ledger_rows(("attempting",))] == ["b" * 24]
         assert backend.ledger_rows(None, "other") == []
+
+    def test_an_attempt_that_sent_the_first_parts_leaves_only_the_rest_owed(self, backend):
+        backend.apply([record(content="one\n\ntwo\n\nthree")])
+        backend.apply([claim()])
+        assert backend.apply([finish("failed", error="429", content="two\n\nthree")]) == [
+            "failed"]
+        assert backend.ledger_rows()[0]["content"] == "two\n\nthree"
+        # a rate limit waited out: the try counted and the row claimed again, one list
+        assert backend.apply([finish("failed", error="429", content="three"), claim()]) == [
+            "failed", True]
+        backend.apply([finish("failed", error="500")])  # nothing sent: still owed as is
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["attempts"], row["content"], row["last_error"]) == (
+            "failed", 2, "three", "500")
 
     def test_abandoned_after_three_attempts(self, backend):
         backend.apply([record()])

@@ -140,6 +140,8 @@ class MemoryLedger:
             state = ledger.finish_state(op.state, attempts=finished["attempts"],
                                         created_at=finished["created_at"], now=op.at)
             finished.update(state=state, last_error=op.error, updated_at=op.at)
+            if op.content is not None:
+                finished["content"] = op.content
             return state
         assert isinstance(op, LedgerPrune)
         old = [k for k, r in self.rows.items()

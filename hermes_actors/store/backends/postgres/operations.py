@@ -152,6 +152,11 @@ _LEDGER_FINISH = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s"
     " WHERE obligation_id = %s"
 )
+#: An outcome other than ``delivered``, which may leave only the unsent rest owed.
+_LEDGER_FINISH_OWED = (
+    "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s,"
+    " content = COALESCE(%s::text, content) WHERE obligation_id = %s"
+)
 _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
@@ -340,7 +345,7 @@ class PostgresOps:
         attempts, created_at = row
         state = ledger.finish_state(op.state, attempts=attempts, created_at=created_at,
                                     now=op.at)
-        batch.add(_LEDGER_FINISH, (state, op.error, op.at, op.obligation_id))
+        batch.add(_LEDGER_FINISH_OWED, (state, op.error, op.at, op.content, op.obligation_id))
         return state
 
     def _ledger_prune(self, batch: Batch, op: LedgerPrune) -> Later:

@@ -150,6 +150,11 @@ _LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligat
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ? WHERE obligation_id = ?"
 )
+#: An outcome other than ``delivered``, which may leave only the unsent rest owed.
+_LEDGER_FINISH_OWED = (
+    "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ?,"
+    " content = COALESCE(?, content) WHERE obligation_id = ?"
+)
 
 
 def _json(value: Any) -> str | None:
@@ -346,7 +351,8 @@ class SqliteOps:
             return None
         attempts, created_at = row
         state = ledger.finish_state(op.state, attempts=attempts, created_at=created_at, now=op.at)
-        self._db.execute_sql(_LEDGER_FINISH, (state, op.error, op.at, op.obligation_id))
+        self._db.execute_sql(_LEDGER_FINISH_OWED, (state, op.error, op.at, op.content,
+                                                   op.obligation_id))
         return state
 
     def _ledger_prune(self, op: LedgerPrune) -> int:
