@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from pathlib import Path
 
@@ -154,6 +155,29 @@ whatsapp:
         path = tmp_path / "bad.yaml"
         path.write_text(text, encoding="utf-8")
         with pytest.raises(ConfigError, match="bad.yaml"):
+            load_config(path, env={})
+
+    @pytest.mark.parametrize("text", ["http: &a {x: *a}\n",
+                                      "agent: &a {agent_cache: {up: *a}}\n"])
+    def test_an_alias_cycle_is_an_error(self, tmp_path, text):
+        path = tmp_path / "cycle.yaml"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError, match="YAML alias cycle"):
+            load_config(path, env={})
+
+    def test_a_shared_alias_is_fine(self, tmp_path):
+        path = tmp_path / "shared.yaml"
+        path.write_text("restart_storm: &t {window_seconds: 5}\nhousekeeping: *t\n",
+                        encoding="utf-8")
+        config, caught = load_quietly(path)
+        assert config.restart_storm.window_seconds == 5
+        assert [str(w.message) for w in caught] == [
+            "unknown config key 'housekeeping.window_seconds' is ignored"]
+
+    def test_an_integer_too_long_for_python_is_an_error(self, tmp_path):
+        path = tmp_path / "long.yaml"
+        path.write_text("queue_max: " + "9" * 5000 + "\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match="is not valid YAML"):
             load_config(path, env={})
 
     def test_yaml_that_is_not_a_mapping(self, tmp_path):
@@ -357,6 +381,47 @@ class TestValidation:
         config = load_config(env={"HERMES_AGENT_CACHE_MEMORY_HIGH_MB": raw})
         assert config.agent.agent_cache.memory_high_mb == expected
 
+    @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), "inf", "nan",
+                                       "1e400"])
+    @pytest.mark.parametrize("key", ["queue_max", "agent.timeout", "http.stream_keepalive",
+                                     "agent.agent_cache.memory_high_mb", "http.max_body"])
+    def test_a_number_that_is_not_finite_is_refused(self, key, value):
+        with pytest.raises(ConfigError) as info:
+            load_config(_nested(key, value), env={})
+        assert str(info.value).startswith(f"config key {key!r}: expected ")
+
+    @pytest.mark.parametrize(("key", "value"), [
+        ("queue_max", 10**400),
+        ("queue_max", 2**53 + 1),
+        ("http.max_body", 1e300),
+        ("http.stream_keepalive", 1.0e20),
+        ("http.body_timeout", threading.TIMEOUT_MAX * 2),
+        ("agent.timeout", threading.TIMEOUT_MAX * 2),
+        ("restart_drain_timeout", 1e300),
+        ("agent.agent_cache.memory_high_mb", 1e300),
+    ])
+    def test_a_number_too_large_to_use_is_refused(self, key, value):
+        with pytest.raises(ConfigError) as info:
+            load_config(_nested(key, value), env={})
+        message = str(info.value)
+        assert message.startswith(f"config key {key!r}: expected ") and " <= " in message
+        assert len(message) < 200
+
+    def test_the_largest_numbers_are_accepted(self):
+        config = load_config({"queue_max": 2**53, "agent": {"timeout": threading.TIMEOUT_MAX}},
+                             env={})
+        assert (config.queue_max, config.agent.timeout) == (2**53, threading.TIMEOUT_MAX)
+
+    def test_a_number_from_the_file_that_is_not_finite(self, tmp_path):
+        path = tmp_path / "inf.yaml"
+        path.write_text("http: {stream_keepalive: .inf}\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match="'http.stream_keepalive'"):
+            load_config(path, env={})
+
+    def test_an_environment_number_that_is_not_finite(self):
+        with pytest.raises(ConfigError, match="HERMES_AGENT_TIMEOUT: config key 'agent.timeout'"):
+            load_config(env={"HERMES_AGENT_TIMEOUT": "inf"})
+
     def test_protect_recent_zero_is_valid(self):
         config = load_config({"agent": {"agent_cache": {"protect_recent": 0}}}, env={})
         assert config.agent.agent_cache.protect_recent == 0
@@ -372,6 +437,14 @@ class TestValidation:
     def test_boolean_strings_in_files(self):
         config = load_config({"write_sessions_json": "off", "delivery_ledger": "No"}, env={})
         assert (config.write_sessions_json, config.delivery_ledger) == (False, False)
+
+
+def _nested(dotted: str, value):
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    tree = value
+    for part in reversed(dotted.split(".")):
+        tree = {part: tree}
+    return tree
 
 
 class TestUnknownAndLegacyKeys:

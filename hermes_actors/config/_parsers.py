@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from pathlib import Path
@@ -24,8 +25,20 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+#: How much of a bad value an error shows.
+SHOWN_CHARS = 60
+
+
 def _fail(key: str, expected: str, value: Any) -> ConfigError:
-    return ConfigError(f"config key {key!r}: expected {expected}, got {value!r}")
+    return ConfigError(f"config key {key!r}: expected {expected}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short when long (a 400-digit number is no help in one line)."""
+    if isinstance(value, int) and value.bit_length() > 200:  # str() refuses 4,300 digits
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -36,27 +49,46 @@ def _bool(key: str, value: Any) -> bool:
     raise _fail(key, "a boolean (true/false, yes/no, on/off, 1/0)", value)
 
 
+#: The largest integer a key takes: integers go through ``float`` (exact up to 2**53), and
+#: every integer key is a count or a size far below it.
+MAX_INTEGER = 2**53
+#: The largest other number a key takes: they are seconds (or days, or MB), and a timeout
+#: above ``threading.TIMEOUT_MAX`` makes every wait on it fail with OverflowError.
+MAX_SECONDS = threading.TIMEOUT_MAX
+
+
+def _bound(limit: float) -> str:
+    return str(int(limit)) if float(limit).is_integer() else f"{limit:g}"
+
+
 def _number(minimum: float = 0.0, *, integer: bool = False, maximum: float | None = None,
             allow_none: bool = False) -> Parser:
+    """A finite number within ``minimum`` and ``maximum`` (default: :data:`MAX_INTEGER` or
+    :data:`MAX_SECONDS`)."""
     kind = "an integer" if integer else "a number"
-    bounds = f" >= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
+    if maximum is None:
+        maximum = MAX_INTEGER if integer else MAX_SECONDS
+    bounds = f" >= {_bound(minimum)} and <= {_bound(maximum)}"
 
     def parse(key: str, value: Any) -> Any:
         if value is None and allow_none:
             return None
         if isinstance(value, bool):
             raise _fail(key, kind + bounds, value)
-        try:
-            num = float(value.strip()) if isinstance(value, str) else float(value)
-        except (TypeError, ValueError):
-            raise _fail(key, kind + bounds, value) from None
-        if math.isnan(num) or num < minimum or (maximum is not None and num > maximum):
+        if isinstance(value, int):
+            num: float = value  # compared as it is: float() rounds it, or overflows
+        else:
+            try:
+                num = float(value.strip()) if isinstance(value, str) else float(value)
+            except (TypeError, ValueError):
+                raise _fail(key, kind + bounds, value) from None
+        if not minimum <= num <= maximum:  # (an infinity is out of bounds; NaN fails it too)
             raise _fail(key, kind + bounds, value)
         if integer:
-            if not num.is_integer():
+            if not (isinstance(num, int) or num.is_integer()):
                 raise _fail(key, kind + bounds, value)
             return int(num)
-        return num
+        return float(num)
 
     return parse
 

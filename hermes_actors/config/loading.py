@@ -65,6 +65,9 @@ def _read_source(source: Any) -> dict[str, Any]:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # an int of 4,300 digits, deep nesting
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: "
+                              f"{type(exc).__name__}: {_one_line(str(exc))}") from None
         if data is None:
             return {}
         if not isinstance(data, dict):
@@ -76,6 +79,10 @@ def _read_source(source: Any) -> dict[str, Any]:
     raise ConfigError(
         f"config source must be a file path, a mapping or None, not {type(source).__name__}"
     )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -167,5 +174,18 @@ class _EnvValue(str):
         return obj
 
 
-def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+def _deep_copy(data: Mapping[str, Any], prefix: str = "",
+               within: tuple[int, ...] = ()) -> dict[str, Any]:
+    """A copy of the nested mappings; a mapping inside itself (a YAML alias to an
+    enclosing node, ``http: &a {x: *a}``) is a ConfigError naming where it recurs."""
+    within = (*within, id(data))
+    copy = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if id(value) in within:
+                raise ConfigError(f"config key {dotted!r}: expected a value, got a reference "
+                                  "to a mapping that contains it (a YAML alias cycle)")
+            value = _deep_copy(value, dotted + ".", within)
+        copy[key] = value
+    return copy
