@@ -154,8 +154,18 @@ whatsapp:
     def test_malformed_yaml(self, tmp_path, text):
         path = tmp_path / "bad.yaml"
         path.write_text(text, encoding="utf-8")
-        with pytest.raises(ConfigError, match="bad.yaml"):
+        with pytest.raises(ConfigError, match="bad.yaml") as info:
             load_config(path, env={})
+        assert "\n" not in str(info.value)  # errors print one line (§17)
+
+    def test_a_yaml_error_names_line_and_column_on_one_line(self, tmp_path):
+        path = tmp_path / "bad.yaml"
+        path.write_text("http: {port: 5\nx: 1\n", encoding="utf-8")
+        with pytest.raises(ConfigError) as info:
+            load_config(path, env={})
+        assert str(info.value) == (
+            f"config file {str(path)!r} is not valid YAML: line 2, column 2: expected ',' or "
+            "'}', but got ':' (while parsing a flow mapping at line 1, column 7)")
 
     @pytest.mark.parametrize("text", ["http: &a {x: *a}\n",
                                       "agent: &a {agent_cache: {up: *a}}\n"])

@@ -64,7 +64,8 @@ def _read_source(source: Any) -> dict[str, Any]:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(
+                f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from None
         except (ValueError, RecursionError) as exc:  # an int of 4,300 digits, deep nesting
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: "
                               f"{type(exc).__name__}: {_one_line(str(exc))}") from None
@@ -79,6 +80,19 @@ def _read_source(source: Any) -> dict[str, Any]:
     raise ConfigError(
         f"config source must be a file path, a mapping or None, not {type(source).__name__}"
     )
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error on one line: ``line L, column C: <problem> (<context> at line ...)``."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return _one_line(str(exc))
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, where = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        text += f" ({context}{at})"
+    return _one_line(text)
 
 
 def _one_line(text: str) -> str:
