@@ -249,6 +249,19 @@ class TestEnvironment:
         )
         assert (config.http.port, config.http.token) == (1000, "env")
 
+    @pytest.mark.parametrize(("data", "var", "key"), [
+        ({"http": 5}, "HERMES_HTTP_PORT", "http"),
+        ({"agent": {"agent_cache": "big"}}, "HERMES_AGENT_CACHE_MAX_SIZE", "agent.agent_cache"),
+        ({"agent": ["echo"]}, "HERMES_AGENT_CACHE_MAX_SIZE", "agent"),
+    ])
+    def test_env_does_not_hide_a_section_that_is_not_a_mapping(self, data, var, key):
+        with pytest.raises(ConfigError) as info:
+            load_config(data, env={var: "7"})
+        assert str(info.value).startswith(f"config key {key!r}: expected a mapping, got ")
+
+    def test_env_fills_an_empty_section(self):
+        assert load_config({"http": None}, env={"HERMES_HTTP_PORT": "7"}).http.port == 7
+
     def test_empty_env_value_is_ignored(self):
         assert load_config({"queue_max": 3}, env={"HERMES_HTTP_PORT": ""}).http.port == 8642
 

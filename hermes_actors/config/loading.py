@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from hermes_actors.config._parsers import _fail
 from hermes_actors.config.sections import GatewayConfig
 from hermes_actors.errors import ConfigError, ConfigWarning
 
@@ -100,13 +101,17 @@ def _one_line(text: str) -> str:
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Put an environment value at ``dotted``; a section the file holds that is not a
+    mapping stays an error (the override does not replace it)."""
     *parents, leaf = dotted.split(".")
     node = tree
-    for part in parents:
+    for depth, part in enumerate(parents):
         child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            key = ".".join(parents[:depth + 1])
+            raise _fail(key, "a mapping", child)
         node = child
     node[leaf] = value
 
@@ -115,7 +120,7 @@ def _build(cls: type, data: Any, prefix: str, unknown: list[str], ignored: list[
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"config key {prefix.rstrip('.')!r}: expected a mapping, got {data!r}")
+        raise _fail(prefix.rstrip("."), "a mapping", data)
     by_name = {f.name: f for f in fields(cls) if "parse" in f.metadata or "section" in f.metadata}
     kwargs: dict[str, Any] = {}
     for raw_key, value in data.items():
