@@ -24,11 +24,21 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _seconds(text: str) -> float:
+#: The longest ``send --wait`` waits (seconds): a day.
+MAX_WAIT = 86400
+
+
+def _wait_seconds(text: str) -> float:
+    """More than 0 and at most :data:`MAX_WAIT` (so never inf or nan: checked before the
+    message is posted, not when the wait begins)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_WAIT:
+        raise argparse.ArgumentTypeError(
+            f"invalid number of seconds {text!r} (more than 0, at most {MAX_WAIT})")
+    return seconds
 
 
 def _configure_config(parser: argparse.ArgumentParser) -> None:
@@ -69,8 +79,8 @@ def configure_send(parser: argparse.ArgumentParser) -> None:
                         "http.token in the home's config.yaml)")
     parser.add_argument("--wait", action="store_true",
                         help="wait for the reply and print it (exit 1 if none comes)")
-    parser.add_argument("--timeout", type=_seconds, default=30.0,
-                        help="seconds --wait waits (default: 30)")
+    parser.add_argument("--timeout", type=_wait_seconds, default=30.0,
+                        help=f"seconds --wait waits (default: 30, at most {MAX_WAIT})")
 
 
 def configure_bench(parser: argparse.ArgumentParser) -> None:

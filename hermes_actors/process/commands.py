@@ -93,8 +93,6 @@ def send_command(args: argparse.Namespace) -> int:
     """``send``: post one message to a running gateway; with ``--wait`` print the reply."""
     from hermes_actors.process.client import ClientError, GatewayClient, SendOptions, send
 
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
     http = _home_http_settings(resolve_home(args))
     token = args.token or http.token or None
     options = SendOptions(

@@ -173,6 +173,16 @@ class TestUsage:
         assert main(["run", "--port", "70000"]) == 2
         assert "invalid port" in capsys.readouterr().err
 
+    @pytest.mark.parametrize("timeout", ["inf", "nan", "1e400", "0", "-1", "86401",
+                                         "soon"])
+    def test_bad_send_timeout_exits_2_before_posting(self, timeout, capsys):
+        # nothing listens on port 9: a message posted there would be exit 1, not 2
+        assert main(["send", "--wait", "hi", "--timeout", timeout,
+                     "--url", "http://127.0.0.1:9"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"hermes-actors: error: hermes-actors send: argument --timeout: invalid "
+                       f"number of seconds {timeout!r} (more than 0, at most 86400)\n")
+
     def test_missing_config_file_exits_2(self, tmp_path):
         result = run_cli("run", "--home", str(tmp_path / "h"), "--config",
                          str(tmp_path / "missing.yaml"))
