@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from hermes_actors.adapters.base import SendResult
 from hermes_actors.config import GatewayConfig
+from hermes_actors.errors import CommandFailed
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 
@@ -61,7 +62,10 @@ def chat(home: Path, config: GatewayConfig, *, chat_id: str = "console",
     """Run the console session until ``/quit`` or end of input; returns the exit code."""
     from hermes_actors.runtime.gateway import Gateway
 
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a regular file there, no permission: one line, as ``run`` says
+        raise CommandFailed(f"cannot create the home directory {str(home)!r}: {exc}") from None
     interactive = stdin.isatty()
     source = SessionSource("local", chat_id=chat_id, user_id=user_id or _user())
     gateway = Gateway(home, config, adapters=[ConsoleAdapter(stdout)])

@@ -99,6 +99,16 @@ class TestChat:
         assert result.returncode == 0, result.stderr
         assert result.stdout == "echo: one\n"
 
+    def test_a_home_that_is_a_file_is_one_line_like_run(self, tmp_path):
+        home = tmp_path / "file"
+        home.write_text("not a directory\n")
+        expected = (f"hermes-actors: error: cannot create the home directory {str(home)!r}: "
+                    f"[Errno 17] File exists: {str(home)!r}\n")
+        chatted = run_cli("chat", "--home", str(home), stdin="hi\n")
+        assert (chatted.returncode, chatted.stderr) == (1, expected)
+        ran = run_cli("run", "--home", str(home), "--port", "0")
+        assert (ran.returncode, ran.stderr) == (1, expected)
+
     def test_chat_uses_home_from_env(self, tmp_path):
         home = tmp_path / "envhome"
         result = run_cli("chat", stdin="x\n", env={"HERMES_HOME": str(home)}, cwd=tmp_path)
