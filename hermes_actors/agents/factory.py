@@ -8,6 +8,7 @@ failure notice on every turn.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,6 +44,11 @@ def agent_factory_from_config(
             raise ConfigError(
                 "config key 'agent.command': agent kind 'command' needs the program to run "
                 "(a command line or a list of arguments)"
+            )
+        if shutil.which(argv[0]) is None:  # (a path with a slash is checked as it is)
+            raise ConfigError(
+                f"config key 'agent.command': the program {argv[0]!r} was not found "
+                "(not on PATH, or not an executable file)"
             )
         timeout = agent.timeout
         return lambda context: CommandAgent(argv, timeout=timeout)

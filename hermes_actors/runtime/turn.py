@@ -11,6 +11,7 @@ the ledger alone.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,23 @@ log = logging.getLogger("hermes_actors.turn")
 FAILED_NOTICE = (
     "⚠️ The agent failed to answer ({}). Send your message again, or /new to start over."
 )
+
+#: How much of an agent's error message its log line shows.
+ERROR_LOG_CHARS = 500
+#: The password of a URL (``scheme://user:password@``), masked in that log line.
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@", re.IGNORECASE)
+
+
+def _describe_error(exc: BaseException) -> str:
+    """``<type>: <message>`` for a log line: one line, at most :data:`ERROR_LOG_CHARS` of the
+    message, a URL's password masked. The project's agents put no secret in their messages
+    (the command agent names only its program and the stderr tail it logs anyway; the
+    openai agent's key travels in a header), but a host's agent or a server's answer might
+    echo a URL with its credentials."""
+    text = _URL_PASSWORD.sub(r"\1***@", " ".join(str(exc).split()))
+    if len(text) > ERROR_LOG_CHARS:
+        text = text[:ERROR_LOG_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +248,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         except _NotRun:
             result = TurnResult(None, "interrupted")
         except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
-            log.warning("agent failed session_key=%s error=%s", key, type(exc).__name__)
+            log.warning("agent failed session_key=%s error=%s", key, _describe_error(exc))
             error, result = exc, TurnResult(None, "failed")
         _settle(services, key, session_id, token, turn, result, error)
         persisted = True

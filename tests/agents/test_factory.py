@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import shlex
+import sys
 
 import pytest
 
@@ -43,10 +46,11 @@ class TestKinds:
 
     def test_command(self):
         """``command`` builds a CommandAgent with the command line and agent.timeout."""
-        agent = factory_for({"kind": "command", "command": "my-agent --fast 'a b'",
+        agent = factory_for({"kind": "command",
+                             "command": f"{shlex.quote(sys.executable)} --fast 'a b'",
                              "timeout": 42})(None)
         assert isinstance(agent, CommandAgent)
-        assert (agent.argv, agent.timeout) == (("my-agent", "--fast", "a b"), 42)
+        assert (agent.argv, agent.timeout) == ((sys.executable, "--fast", "a b"), 42)
 
     def test_openai(self):
         """``openai`` builds an OpenAIAgent with URL, model, timeout and the key from env."""
@@ -70,6 +74,23 @@ class TestConfigErrors:
         """``command`` without ``agent.command`` names that key."""
         with pytest.raises(ConfigError, match="'agent.command'"):
             factory_for({"kind": "command"})
+
+    def test_command_not_found(self, monkeypatch, tmp_path):
+        """A program that is not on PATH is named at build time, not on every turn."""
+        monkeypatch.setenv("PATH", str(tmp_path))
+        with pytest.raises(ConfigError) as info:
+            factory_for({"kind": "command", "command": "no-such-agent --fast"})
+        assert str(info.value) == (
+            "config key 'agent.command': the program 'no-such-agent' was not found "
+            "(not on PATH, or not an executable file)")
+
+    def test_command_path_that_is_not_an_executable_file(self, tmp_path):
+        """A path is checked as it is: missing, or a file without the execute bit."""
+        script = tmp_path / "agent.py"
+        script.write_text("print('hi')\n")
+        for path in (tmp_path / "missing", script, tmp_path):
+            with pytest.raises(ConfigError, match=f"the program {str(path)!r} was not found"):
+                factory_for({"kind": "command", "command": [str(path)]})
 
     @pytest.mark.parametrize(("openai", "key"), [
         ({"model": "m"}, "agent.openai.base_url"),
@@ -115,6 +136,16 @@ class TestThroughGateway:
         text = self.run_one(tmp_path, {"kind": "command",
                                        "command": argv(programs, "fail", "nope", 1)})
         assert "CommandAgentError" in text
+
+    def test_failing_command_logs_why(self, tmp_path, programs, caplog):
+        """The log line of the failed turn says what went wrong, not only the error type."""
+        with caplog.at_level(logging.WARNING, logger="hermes_actors.turn"):
+            self.run_one(tmp_path, {"kind": "command",
+                                    "command": argv(programs, "fail", "nope", 1)})
+        [line] = [r.getMessage() for r in caplog.records if r.name == "hermes_actors.turn"]
+        assert line.startswith("agent failed session_key=agent:main:telegram:dm:42 "
+                               "error=CommandAgentError: agent command ")
+        assert line.endswith(" exited with status 1; stderr: nope")
 
     def test_openai_agent_turn(self, tmp_path, chat_server):
         """The model's reply reaches the user."""

@@ -166,6 +166,30 @@ class TestFailureBeforeTurn:
         gw.stop()
 
 
+class TestFailureLogLine:
+    """An agent's failure is logged with its message: one line, bounded, passwords masked."""
+
+    def test_the_message_is_logged(self, tmp_path, caplog):
+        def broken(ctx):
+            raise RuntimeError("cannot reach https://bot:s3cret@llm.example/v1\n  retry later")
+
+        gw, adapter = gateway(tmp_path, factory=broken)
+        with caplog.at_level("WARNING", logger="hermes_actors.turn"):
+            submit(gw, "hello")
+            assert gw.wait_idle(10)
+        gw.stop()
+        assert [r.getMessage() for r in caplog.records if r.name == "hermes_actors.turn"] == [
+            f"agent failed session_key={KEY} error=RuntimeError: cannot reach "
+            "https://bot:***@llm.example/v1 retry later"]
+
+    @pytest.mark.parametrize(("message", "shown"), [
+        ("", "KeyError"),
+        ("x" * 1000, "KeyError: '" + "x" * 496 + "..."),
+    ])
+    def test_an_empty_or_long_message(self, message, shown):
+        assert turn_module._describe_error(KeyError(message) if message else KeyError()) == shown
+
+
 class TestRecoveryRules:
     """Notes ride only on turn-making messages; finalized boundaries are never reopened."""
 
