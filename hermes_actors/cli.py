@@ -120,8 +120,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 #: The command tree; append rows to add subcommands.
 SUBCOMMANDS: list[Subcommand] = [
     Subcommand(("run",), "run the standalone gateway with its HTTP API", cmd_run,
-               configure_run, "Run the gateway until SIGTERM/SIGINT (graceful drain); a "
-               "second SIGINT ends the drain at once."),
+               configure_run, "Run the gateway until SIGTERM or SIGINT (graceful drain); a "
+               "second signal (either) ends the drain at once, a third exits at once with "
+               "code 130."),
     Subcommand(("send",), "send a message to a running gateway", cmd_send, configure_send,
                "POST the message to the gateway's HTTP API; with --wait, print the reply."),
     Subcommand(("chat",), "interactive console session (embedded gateway)", cmd_chat,

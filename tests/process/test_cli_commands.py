@@ -149,6 +149,12 @@ class TestUsage:
         assert main([*command, "--help"]) == 0
         assert "--home" in capsys.readouterr().out
 
+    def test_run_help_tells_the_signals_as_they_work(self, capsys):
+        assert main(["run", "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert ("Run the gateway until SIGTERM or SIGINT (graceful drain); a second signal "
+                "(either) ends the drain at once, a third exits at once with code 130.") in text
+
     def test_version(self, capsys):
         from importlib.metadata import version
 
