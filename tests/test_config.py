@@ -262,6 +262,26 @@ class TestEnvironment:
     def test_env_fills_an_empty_section(self):
         assert load_config({"http": None}, env={"HERMES_HTTP_PORT": "7"}).http.port == 7
 
+    @pytest.mark.parametrize("raw", [" ", "   ", "\t"])
+    def test_a_blank_token_is_an_error(self, raw):
+        with pytest.raises(ConfigError) as info:
+            load_config(env={"HERMES_HTTP_TOKEN": raw})
+        assert str(info.value) == (
+            "environment variable HERMES_HTTP_TOKEN: config key 'http.token': expected a "
+            f"token that is not blank (or null for none), got {raw!r}")
+        with pytest.raises(ConfigError, match="'http.token': expected a token that is not "):
+            load_config({"http": {"token": raw}}, env={})
+
+    def test_a_token_loses_the_spaces_around_it(self):
+        assert load_config(env={"HERMES_HTTP_TOKEN": " s3cret "}).http.token == "s3cret"
+        assert load_config({"http": {"token": 1234}}, env={}).http.token == "1234"
+
+    def test_a_token_of_another_type_is_not_shown(self):
+        with pytest.raises(ConfigError) as info:
+            load_config({"http": {"token": ["s3cret"]}}, env={})
+        assert "s3cret" not in str(info.value) and "'http.token'" in str(info.value)
+        assert "s3cret" not in repr(load_config({"http": {"token": "s3cret"}}, env={}))
+
     def test_empty_env_value_is_ignored(self):
         assert load_config({"queue_max": 3}, env={"HERMES_HTTP_PORT": ""}).http.port == 8642
 

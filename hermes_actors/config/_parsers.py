@@ -110,6 +110,21 @@ def _opt_str(key: str, value: Any) -> str | None:
     raise _fail(key, "a string", value)
 
 
+def _token(key: str, value: Any) -> str | None:
+    """A secret: ``None`` (no token), or a string that is not blank, without the spaces
+    around it (a header's value loses them, so such a token could never match)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)  # (as _opt_str)
+    if not isinstance(value, str):
+        raise ConfigError(f"config key {key!r}: expected a token (a string) or null, got a "
+                          f"{type(value).__name__} (not shown: it may be the token)")
+    if not value.strip():
+        raise _fail(key, "a token that is not blank (or null for none)", value)
+    return value.strip()
+
+
 def _str(key: str, value: Any) -> str:
     if isinstance(value, str) and value.strip():
         return value.strip()

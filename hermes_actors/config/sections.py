@@ -22,6 +22,7 @@ from hermes_actors.config._parsers import (
     _platform_list,
     _section,
     _str,
+    _token,
     _url,
 )
 from hermes_actors.errors import ConfigError
@@ -94,7 +95,8 @@ class HttpConfig:
 
     host: str = _opt(_str, "127.0.0.1")
     port: int = _opt(_number(0, integer=True, maximum=65535), 8642)
-    token: str | None = _opt(_opt_str, None)
+    #: The bearer token every route but ``/healthz`` needs; ``None``: no token.
+    token: str | None = field(default=None, repr=False, metadata={"parse": _token})
     max_body: int = _opt(_number(1, integer=True), 1_048_576)
     #: Seconds a request body may take to arrive (slow clients get 408).
     body_timeout: float = _opt(_number(0.001), 10.0)
