@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                 child.set_defaults(handler=sub.run)
             else:
                 groups[prefix] = child.add_subparsers(dest="_".join(prefix), metavar="COMMAND")
+                child.set_defaults(group_parser=child)  # "db" alone prints the db commands
     return parser
 
 
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(exc.code or 0)
         handler = getattr(args, "handler", None)
         if handler is None:
-            parser.print_help(sys.stderr)
+            getattr(args, "group_parser", parser).print_help(sys.stderr)
             return 2
         return handler(args)
     except StoreUnreachableError as exc:

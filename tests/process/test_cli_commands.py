@@ -155,6 +155,17 @@ class TestUsage:
         assert ("Run the gateway until SIGTERM or SIGINT (graceful drain); a second signal "
                 "(either) ends the drain at once, a third exits at once with code 130.") in text
 
+    @pytest.mark.parametrize("group", ["db", "sessions", "cluster"])
+    def test_a_group_without_its_command_prints_the_group_help(self, group, capsys):
+        assert main([group]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: hermes-actors {group} [-h] COMMAND")
+        assert ("rebuild-fts" in err) == (group == "db")
+
+    def test_no_command_prints_the_top_level_help(self, capsys):
+        assert main([]) == 2
+        assert capsys.readouterr().err.startswith("usage: hermes-actors [-h] [--version]")
+
     def test_version(self, capsys):
         from importlib.metadata import version
 
