@@ -268,9 +268,12 @@ class TestEnvironment:
             load_config(env={"HERMES_HTTP_TOKEN": raw})
         assert str(info.value) == (
             "environment variable HERMES_HTTP_TOKEN: config key 'http.token': expected a "
-            f"token that is not blank (or null for none), got {raw!r}")
+            f"token that is not blank (or null or \"\" for none), got {raw!r}")
         with pytest.raises(ConfigError, match="'http.token': expected a token that is not "):
             load_config({"http": {"token": raw}}, env={})
+
+    def test_an_empty_token_means_none(self):
+        assert load_config({"http": {"token": ""}}, env={}).http.token is None
 
     def test_a_token_loses_the_spaces_around_it(self):
         assert load_config(env={"HERMES_HTTP_TOKEN": " s3cret "}).http.token == "s3cret"

@@ -111,9 +111,10 @@ def _opt_str(key: str, value: Any) -> str | None:
 
 
 def _token(key: str, value: Any) -> str | None:
-    """A secret: ``None`` (no token), or a string that is not blank, without the spaces
-    around it (a header's value loses them, so such a token could never match)."""
-    if value is None:
+    """A secret: ``None`` or ``""`` (no token), or a string that is not blank, without the
+    spaces around it (a header's value loses them, so a token of spaces could never
+    match)."""
+    if value is None or value == "":
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)  # (as _opt_str)
@@ -121,7 +122,7 @@ def _token(key: str, value: Any) -> str | None:
         raise ConfigError(f"config key {key!r}: expected a token (a string) or null, got a "
                           f"{type(value).__name__} (not shown: it may be the token)")
     if not value.strip():
-        raise _fail(key, "a token that is not blank (or null for none)", value)
+        raise _fail(key, "a token that is not blank (or null or \"\" for none)", value)
     return value.strip()
 
 
