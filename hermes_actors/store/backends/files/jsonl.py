@@ -48,7 +48,9 @@ class JsonlTranscripts:
 
     def _write(self, path: Path, data: bytes) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as handle:
+        with open(path, "a+b") as handle:
+            if handle.tell() and _ends_torn(handle):  # a crash tore the last line: end it,
+                data = b"\n" + data                   # so these lines are not glued to it
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -112,3 +114,12 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
         record.get("timestamp") or 0.0,
         record.get("token_count"),
     )
+
+
+def _ends_torn(handle: Any) -> bool:
+    """Whether the file open in ``handle`` (positioned at its end) lacks a final newline."""
+    end = handle.tell()
+    handle.seek(end - 1)
+    last = handle.read(1)
+    handle.seek(end)
+    return last != b"\n"
