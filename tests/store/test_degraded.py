@@ -11,6 +11,7 @@ import pytest
 
 from hermes_actors.errors import StoreError
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.source import SessionSource
 from hermes_actors.store import SessionDB, StoreUnavailableError
 from hermes_actors.store.backends.files.mirror import DEGRADED_KEY
 
@@ -136,6 +137,31 @@ class TestOpenFailure:
         assert DEGRADED_KEY not in _mirror(home)
         healed.close()
         assert len(make_store().load_transcript(entry.session_id)) == 1  # imported once
+
+
+class TestDegradedEdges:
+    def test_a_corrupt_mirror_found_by_a_degraded_start_is_kept_aside_with_its_time(
+            self, make_store, home):
+        import time
+
+        _break_as_directory(home)
+        (home / "sessions").mkdir()
+        (home / "sessions" / "sessions.json").write_text("[1, 2")
+        store = make_store()
+        assert store.degraded
+        [copy] = (home / "sessions").glob("sessions.json.corrupt-*")
+        assert copy.name.startswith(f"sessions.json.corrupt-{time.gmtime().tm_year}"), copy.name
+
+    def test_a_name_no_file_can_hold_is_refused_and_the_mirror_lives_on(self, make_store,
+                                                                        home):
+        _break_as_directory(home)
+        store = make_store()
+        assert store.degraded
+        with pytest.raises(StoreError, match="write rejected"):
+            store.get_or_create_session(SessionSource("telegram", chat_id="bad", user_id="7",
+                                                      user_name="broken \ud83d"))
+        entry = store.get_or_create_session(dm("good"))
+        assert entry.session_key in _mirror(home)  # sessions.json is still written
 
 
 class TestWriteFailureAfterOpen:

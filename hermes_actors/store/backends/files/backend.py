@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ class FilesBackend:
         self._routing: dict[str, tuple[str, RoutingFlags]] = {}
         path = transcripts.directory / MIRROR_NAME
         if rows is None:
-            mirror = read_mirror(path, now=0.0)
+            mirror = read_mirror(path, now=time.time())  # (names a corrupt file's copy)
             self._since = mirror.degraded_since or since
             for key, data in mirror.entries.items():
                 if isinstance(data, dict):
@@ -167,6 +168,8 @@ class FilesBackend:
             raise StoreError(f"the files backend cannot apply {', '.join(unknown)}")
         appends: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
+            if isinstance(op, PutRouting):
+                _check_text(op.session_key, op.entry)
             if isinstance(op, AppendMessage):
                 record = dict(op.message)
                 if op.turn_token is not None:
@@ -186,6 +189,8 @@ class FilesBackend:
                                     merged_restart_counts(current, op.counts))
         except OSError as exc:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
+        except UnicodeError as exc:  # a lone surrogate: refused, as SQLite refuses it
+            raise StoreError(f"write rejected by the degraded-mode files: {exc}") from exc
         with self._lock:
             results = [self._apply_one(op) for op in ops]
         if any(isinstance(op, _ROUTING_OPS) for op in ops):
@@ -374,3 +379,12 @@ class FilesBackend:
         it opened)."""
         self._closed = True
         self._mirror.close(flush=True)
+
+
+def _check_text(session_key: str, text: str) -> None:
+    """Refuse an entry ``sessions.json`` could not hold (a lone surrogate in a name): once in
+    memory, it would stop every later rewrite of the file."""
+    try:
+        (session_key + text).encode("utf-8")
+    except UnicodeError as exc:
+        raise StoreError(f"write rejected by the degraded-mode files: {exc}") from None
