@@ -164,6 +164,35 @@ class TestDegradedEdges:
         assert entry.session_key in _mirror(home)  # sessions.json is still written
 
 
+class TestHistoryAcrossAFailOver:
+    def test_a_turn_begun_before_the_switch_sees_only_what_came_before_it(self, make_store):
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        store.append_message(entry.session_id, {"role": "user", "content": "earlier"})
+        token = store.begin_turn(entry.session_key, entry.session_id,
+                                 user_message={"role": "user", "content": "the question"})
+        store.db.sql("PRAGMA query_only = 1")
+        store.get_or_create_session(dm("99"))  # another session's write fails: degraded
+        assert store.degraded
+        store.append_message(entry.session_id, {"role": "assistant", "content": "a tool"},
+                             turn_token=token)
+        history = store.load_transcript(entry.session_id, before_turn=token)
+        assert [m["content"] for m in history] == ["earlier"]
+
+    def test_a_turn_begun_after_the_switch_sees_the_whole_earlier_transcript(self,
+                                                                            make_store):
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        store.append_message(entry.session_id, {"role": "user", "content": "earlier"})
+        store.db.sql("PRAGMA query_only = 1")
+        store.get_or_create_session(dm("99"))
+        store.append_message(entry.session_id, {"role": "user", "content": "degraded"})
+        token = store.begin_turn(entry.session_key, entry.session_id,
+                                 user_message={"role": "user", "content": "the question"})
+        history = store.load_transcript(entry.session_id, before_turn=token)
+        assert [m["content"] for m in history] == ["earlier", "degraded"]
+
+
 class TestWriteFailureAfterOpen:
     """A database that stops accepting writes switches the store to degraded, losing nothing."""
 

@@ -280,20 +280,28 @@ class FilesBackend:
 
     # -- transcripts ------------------------------------------------------------------------
 
-    def _previous_messages(self, session_id: str) -> list[dict[str, Any]]:
+    def _previous_messages(self, session_id: str, before_turn: str | None = None
+                           ) -> tuple[list[dict[str, Any]], bool]:
+        """The old database's transcript (those before turn ``before_turn`` when given), and
+        whether that turn began there (then no JSONL line comes before it)."""
         if self._previous is None:
-            return []
+            return [], False
         try:
-            return self._previous.load_messages(session_id)
+            messages = self._previous.load_messages(session_id, before_turn)
+            began = (before_turn is not None
+                     and len(messages) < self._previous.message_count(session_id))
         except StoreError:
-            return []
+            return [], False
+        return messages, began
 
     def load_messages(self, session_id: str,
                       before_turn: str | None = None) -> list[dict[str, Any]]:
-        """The old database's transcript (if readable) followed by the JSONL lines (those
-        before turn ``before_turn`` when given)."""
-        return (self._previous_messages(session_id)
-                + self._transcripts.load(session_id, before_turn=before_turn))
+        """The old database's transcript (if readable) followed by the JSONL lines; with
+        ``before_turn`` only the messages before that turn's first one, wherever it is."""
+        messages, began = self._previous_messages(session_id, before_turn)
+        if began:  # the turn began before the fail-over
+            return messages
+        return messages + self._transcripts.load(session_id, before_turn=before_turn)
 
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has (old database and JSONL)."""
