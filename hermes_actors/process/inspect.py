@@ -52,7 +52,8 @@ def _load_entries(home: Path, db: Any) -> dict[str, Any]:
             rows = db.routing_rows()
         except StoreError as exc:
             print(f"warning: {exc}; listing sessions.json only", file=sys.stderr)
-    result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None)
+    result = merge_entries(rows, mirror.entries, mirror_wins=mirror.degraded_since is not None,
+                           winners=mirror.changed)
     for key, reason in result.skipped:
         print(f"warning: skipping session entry {key!r}: {reason}", file=sys.stderr)
     return result.entries

@@ -500,7 +500,8 @@ class StoreCore:
             self._load()
             return
         known = {row.session_key: row for row in rows} if mirror_wins else keys
-        added, skipped = mirror_additions(known, mirror.entries, mirror_wins=mirror_wins)
+        added, skipped = mirror_additions(known, mirror.entries, mirror_wins=mirror_wins,
+                                          winners=mirror.changed)
         for key, reason in skipped:
             log.warning("skipping session entry %r: %s", key, reason)
         with self._map_lock:
@@ -514,8 +515,26 @@ class StoreCore:
         if self.degraded:  # the restore failed over
             return
         self._import_jsonl_transcripts()
-        if self.config.write_sessions_json:
+        if mirror_wins:
+            self._retire_degraded_mirror()
+        elif self.config.write_sessions_json:
             self._mirror.mark_dirty()
+
+    def _retire_degraded_mirror(self) -> None:
+        """The degraded mirror is imported: its marker must not make it win again at a later
+        start. Rewritten now from the database (or, with the mirror off, set aside as
+        ``sessions.json.imported``) before anything is served."""
+        path = self.sessions_dir / MIRROR_NAME
+        try:
+            if self.config.write_sessions_json:
+                self._mirror.mark_dirty()
+                if not self._mirror.flush():
+                    raise OSError("the rewrite failed (logged above)")
+            else:
+                os.replace(path, path.with_name(path.name + ".imported"))
+        except OSError as exc:
+            log.warning("the imported degraded-mode %s could not be retired (%s): the next "
+                        "start compares it with the database again", MIRROR_NAME, exc)
 
     def _import_jsonl_transcripts(self) -> None:
         """Move transcripts written in degraded mode into the database (idempotent)."""

@@ -19,7 +19,7 @@ the CLI.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from hermes_actors.model.entry import SessionEntry, validate_session_key
@@ -61,14 +61,17 @@ def mirror_additions(
     mirror: Mapping[str, Any],
     *,
     mirror_wins: bool = False,
+    winners: Collection[str] | None = None,
 ) -> tuple[dict[str, SessionEntry], list[tuple[str, str]]]:
     """The mirror entries to put over ``db_rows`` (``key -> stored data``), parsed, and the
     ``(key, reason)`` of mirror entries skipped. Database rows are parsed only where a
-    winning mirror entry has to be compared with one."""
+    winning mirror entry has to be compared with one. With ``mirror_wins`` and ``winners``
+    (the keys degraded mode wrote), only those entries win over a database row."""
     added: dict[str, SessionEntry] = {}
     skipped: list[tuple[str, str]] = []
     for key, data in mirror.items():
-        if str(key).startswith("_") or (key in db_rows and not mirror_wins):
+        if str(key).startswith("_") or (key in db_rows and not (
+                mirror_wins and (winners is None or key in winners))):
             continue
         try:
             entry = parse_entry(key, data)
@@ -97,6 +100,7 @@ def merge_entries(
     mirror: Mapping[str, Any],
     *,
     mirror_wins: bool = False,
+    winners: Collection[str] | None = None,
 ) -> LoadResult:
     """Merge database rows and mirror entries by the rules in the module docstring."""
     rows = {row.session_key: row for row in db_rows}
@@ -109,6 +113,7 @@ def merge_entries(
             skipped.append((key, f"database row: {exc}"))
     # a database row that does not parse loses to a usable mirror entry
     usable = {k: v for k, v in rows.items() if k in entries}
-    added, mirror_skipped = mirror_additions(usable, mirror, mirror_wins=mirror_wins)
+    added, mirror_skipped = mirror_additions(usable, mirror, mirror_wins=mirror_wins,
+                                             winners=winners)
     entries.update(added)
     return LoadResult(entries, list(added), skipped + mirror_skipped)

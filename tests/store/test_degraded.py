@@ -193,6 +193,52 @@ class TestHistoryAcrossAFailOver:
         assert [m["content"] for m in history] == ["earlier", "degraded"]
 
 
+class TestBackFromDegradedMode:
+    """At the first start with a working database the degraded mirror is imported once, and
+    only what degraded mode changed wins over the database's rows."""
+
+    @pytest.mark.parametrize("write_mirror", [True, False], ids=["mirror-on", "mirror-off"])
+    def test_a_new_after_the_import_is_not_undone_by_a_later_start(self, make_store, home,
+                                                                   write_mirror):
+        from hermes_actors import load_config
+
+        config = load_config({"write_sessions_json": write_mirror}, env={})
+        _break_as_directory(home)
+        degraded = make_store(config=config)
+        old = degraded.get_or_create_session(dm())
+        degraded.close()
+        (home / "state.db").rmdir()
+        healed = make_store(config=config)  # imports the degraded mirror
+        assert not healed.degraded and healed.get(old.session_key) is not None
+        mirror = home / "sessions" / "sessions.json"
+        assert not mirror.exists() or DEGRADED_KEY not in json.loads(mirror.read_text())
+        new = healed.reset_session(old.session_key)  # /new, in the database
+        healed.close()
+        assert make_store(config=config).get(old.session_key).session_id == new.session_id
+
+    def test_an_entry_degraded_mode_did_not_change_loses_to_a_newer_row(self, make_store,
+                                                                        home):
+        store = make_store()
+        old = store.get_or_create_session(dm())
+        store.flush()
+        mirror = home / "sessions" / "sessions.json"
+        lagging = mirror.read_bytes()  # what the mirror held when the process died
+        new = store.reset_session(old.session_key)  # committed to state.db
+        store.close()
+        mirror.write_bytes(lagging)  # (the crash came before the mirror's next write)
+        (home / "state.db").rename(home / "state.db.away")
+        _break_as_directory(home)
+        degraded = make_store()  # seeded from the lagging mirror
+        assert degraded.degraded
+        other = degraded.get_or_create_session(dm("other"))  # only another chat talks
+        degraded.close()
+        (home / "state.db").rmdir()
+        (home / "state.db.away").rename(home / "state.db")
+        healed = make_store()
+        assert healed.get(old.session_key).session_id == new.session_id  # /new kept
+        assert healed.get(other.session_key).session_id == other.session_id  # imported
+
+
 class TestWriteFailureAfterOpen:
     """A database that stops accepting writes switches the store to degraded, losing nothing."""
 

@@ -35,6 +35,14 @@ class TestMirrorText:
             assert json.loads(text) == render_mirror(self.ROWS, since)
             assert list(json.loads(text)) == list(render_mirror(self.ROWS, since))
 
+    def test_a_degraded_mirror_lists_the_keys_it_changed_third(self):
+        texts = {k: json.dumps(v, ensure_ascii=False) for k, v in self.ROWS.items()}
+        since, changed = "2026-01-01T00:00:00+00:00", ["agent:main:telegram:dm:1"]
+        doc = json.loads(render_mirror_text(texts, since, changed))
+        assert doc == render_mirror(self.ROWS, since, changed)
+        assert list(doc)[:3] == ["_README", "_degraded_since", "_degraded_changed"]
+        assert doc["_degraded_changed"] == changed
+
     def test_empty_mirror_is_an_object_with_the_readme(self):
         assert list(json.loads(render_mirror_text({}))) == ["_README"]
 

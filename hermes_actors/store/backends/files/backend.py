@@ -115,10 +115,15 @@ class FilesBackend:
         self._lock = threading.Lock()
         self._since = since
         self._routing: dict[str, tuple[str, RoutingFlags]] = {}
+        #: The keys whose routing this mode wrote (``_degraded_changed`` in the mirror).
+        self._changed: set[str] = set()
         path = transcripts.directory / MIRROR_NAME
         if rows is None:
             mirror = read_mirror(path, now=time.time())  # (names a corrupt file's copy)
             self._since = mirror.degraded_since or since
+            if mirror.degraded_since is not None:  # degraded mode goes on: so do its changes
+                self._changed.update(mirror.changed if mirror.changed is not None
+                                     else mirror.entries)
             for key, data in mirror.entries.items():
                 if isinstance(data, dict):
                     row = _row_from_data(str(key), data)
@@ -146,8 +151,8 @@ class FilesBackend:
 
     def _mirror_document(self) -> Callable[[], Iterable[bytes]]:
         with self._lock:
-            rows = dict(self._routing)
-        return functools.partial(mirror_chunks, rows, self._since)
+            rows, changed = dict(self._routing), frozenset(self._changed)
+        return functools.partial(mirror_chunks, rows, self._since, changed)
 
     def _volatile(self) -> None:
         if not self._warned_volatile:
@@ -200,6 +205,7 @@ class FilesBackend:
 
     def _apply_one(self, op: Op) -> Any:
         if isinstance(op, PutRouting):
+            self._changed.add(op.session_key)
             self._routing[op.session_key] = (op.entry, RoutingFlags(
                 op.active_turn_token, op.active_turn_started_at, op.active_turn_internal,
                 op.resume_pending, op.suspended, op.updated_at))
@@ -208,6 +214,7 @@ class FilesBackend:
             stored = self._routing.get(op.session_key)
             if stored is None:
                 return 0
+            self._changed.add(op.session_key)
             self._routing[op.session_key] = (stored[0], RoutingFlags(
                 op.active_turn_token, op.active_turn_started_at, op.active_turn_internal,
                 op.resume_pending, op.suspended, op.updated_at))

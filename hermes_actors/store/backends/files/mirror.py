@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hermes_actors._green import off_the_hub
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.backends.files.atomic import atomic_write_bytes, atomic_write_json
 from hermes_actors.store.routing import RoutingFlags, full_entry_text
 
@@ -34,6 +35,7 @@ from hermes_actors.store.routing import RoutingFlags, full_entry_text
 _quote = encode_basestring
 
 __all__ = [
+    "CHANGED_KEY",
     "DEGRADED_KEY",
     "ENTRIES_PER_CHUNK",
     "MIRROR_NAME",
@@ -59,6 +61,10 @@ README = (
 )
 #: Present while the mirror is canonical (degraded mode): ISO time the mode began.
 DEGRADED_KEY = "_degraded_since"
+#: The reserved key of a degraded-mode mirror listing the keys whose routing was written in
+#: degraded mode: only those win over the database's rows at the next start (the others are
+#: copies of what the mirror held when degraded mode began, which may lag the database).
+CHANGED_KEY = "_degraded_changed"
 #: Entries rendered and written at a time by :func:`mirror_chunks`.
 ENTRIES_PER_CHUNK = 512
 
@@ -72,6 +78,9 @@ class MirrorContents(NamedTuple):
     degraded_since: str | None
     #: Whether the file existed but was not a JSON object (a copy was kept aside).
     corrupt: bool
+    #: The ``_degraded_changed`` keys, or ``None`` (not a degraded mirror, or one written
+    #: before the key existed: then every entry may win).
+    changed: frozenset[str] | None = None
 
 
 def _keep_aside(path: Path, now: float) -> Path | None:
@@ -110,40 +119,50 @@ def read_mirror(path: Path, *, now: float, keep_corrupt_copy: bool = True) -> Mi
         log.warning("%s is not a JSON object; treating it as empty%s", path, kept)
         return MirrorContents({}, None, True)
     since = data.get(DEGRADED_KEY)
+    changed = data.get(CHANGED_KEY)
     entries = {k: v for k, v in data.items() if not str(k).startswith("_")}
-    return MirrorContents(entries, since if isinstance(since, str) else None, False)
+    return MirrorContents(entries, since if isinstance(since, str) else None, False,
+                          frozenset(map(str, changed)) if isinstance(changed, list) else None)
 
 
-def render_mirror(rows: dict[str, Any], degraded_since: str | None = None) -> dict[str, Any]:
-    """The mirror document: ``_README`` first, the degraded marker if any, then entries."""
-    doc: dict[str, Any] = {"_README": README}
+def _head(degraded_since: str | None, changed: Iterable[str] | None) -> dict[str, Any]:
+    head: dict[str, Any] = {"_README": README}
     if degraded_since is not None:
-        doc[DEGRADED_KEY] = degraded_since
+        head[DEGRADED_KEY] = degraded_since
+        if changed is not None:
+            head[CHANGED_KEY] = sorted(changed)
+    return head
+
+
+def render_mirror(rows: dict[str, Any], degraded_since: str | None = None,
+                  changed: Iterable[str] | None = None) -> dict[str, Any]:
+    """The mirror document: ``_README`` first, the degraded marker (and the keys changed in
+    degraded mode) if any, then entries."""
+    doc = _head(degraded_since, changed)
     doc.update(rows)
     return doc
 
 
-def _document_pieces(entries: Iterable[tuple[str, str]],
-                     degraded_since: str | None) -> Iterator[str]:
+def _document_pieces(entries: Iterable[tuple[str, str]], degraded_since: str | None,
+                     changed: Iterable[str] | None = None) -> Iterator[str]:
     """The mirror's text in pieces: the opening with the reserved keys, then each entry
     (``key, JSON text``) on a line of its own, then the close."""
-    head = {"_README": README}
-    if degraded_since is not None:
-        head[DEGRADED_KEY] = degraded_since
-    yield "{\n" + ",\n".join(_quote(key) + ": " + _quote(value) for key, value in head.items())
+    yield "{\n" + ",\n".join(_quote(key) + ": " + to_json(value)
+                              for key, value in _head(degraded_since, changed).items())
     for key, text in entries:
         yield ",\n" + _quote(key) + ": " + text
     yield "\n}\n"
 
 
-def render_mirror_text(rows: dict[str, str], degraded_since: str | None = None) -> str:
+def render_mirror_text(rows: dict[str, str], degraded_since: str | None = None,
+                       changed: Iterable[str] | None = None) -> str:
     """The mirror document as JSON text, from each entry's JSON text: one entry a line.
 
     The same document as :func:`render_mirror`, assembled from text the store already has
     (each routing row's JSON), so a write costs one join instead of serialising every entry
     again. That matters at 100,000 sessions.
     """
-    return "".join(_document_pieces(rows.items(), degraded_since))
+    return "".join(_document_pieces(rows.items(), degraded_since, changed))
 
 
 def _entries_of(rows: Mapping[str, tuple[str, RoutingFlags]]) -> Iterator[tuple[str, str]]:
@@ -152,18 +171,20 @@ def _entries_of(rows: Mapping[str, tuple[str, RoutingFlags]]) -> Iterator[tuple[
 
 
 def render_mirror_rows(rows: Mapping[str, tuple[str, RoutingFlags]],
-                       degraded_since: str | None = None) -> str:
+                       degraded_since: str | None = None,
+                       changed: Iterable[str] | None = None) -> str:
     """:func:`render_mirror_text` of stored routing rows (``key -> (text, flags)``): each
     whole entry assembled from its stored text and flag columns."""
-    return "".join(_document_pieces(_entries_of(rows), degraded_since))
+    return "".join(_document_pieces(_entries_of(rows), degraded_since, changed))
 
 
 def mirror_chunks(rows: Mapping[str, tuple[str, RoutingFlags]],
-                  degraded_since: str | None = None) -> Iterator[bytes]:
+                  degraded_since: str | None = None,
+                  changed: Iterable[str] | None = None) -> Iterator[bytes]:
     """:func:`render_mirror_rows` as UTF-8 chunks of :data:`ENTRIES_PER_CHUNK` entries, to
     be written as they come: at 100,000 sessions one join and one encode of the 80 MB text
     held the interpreter lock for ~50 ms each, a stall for every other thread."""
-    pieces = _document_pieces(_entries_of(rows), degraded_since)
+    pieces = _document_pieces(_entries_of(rows), degraded_since, changed)
     while chunk := list(itertools.islice(pieces, ENTRIES_PER_CHUNK)):
         yield "".join(chunk).encode("utf-8")
 
