@@ -126,6 +126,37 @@ class TestInboxNotices:
         assert second.cluster.statistics().woken > before
 
 
+    def test_the_listen_loop_outlives_a_failure_that_is_not_the_drivers(self, postgres_dsn):
+        import threading
+
+        import psycopg
+
+        from hermes_actors.store.backends.postgres.listen import InboxNotices
+        from hermes_actors.store.backends.postgres.schema import inbox_channel
+
+        heard, woken = [], threading.Event()
+
+        def on_notice(shard):
+            heard.append(shard)
+            if len(heard) == 1:
+                raise RuntimeError("a listener's bug")  # (the loop must not end on it)
+            if shard == 3:
+                woken.set()
+
+        notices = InboxNotices(postgres_dsn, on_notice, wait=0.05)
+        notices.want([3])
+        notices.start()
+        try:
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                for _ in range(400):  # NOTIFY until the loop, back after its failure, hears
+                    conn.execute(f"NOTIFY {inbox_channel(3)}")
+                    if woken.wait(0.05):
+                        break
+            assert woken.is_set(), heard
+        finally:
+            notices.stop()
+
+
 class TestOutboxAcrossNodes:
     """A long poll of the outbox waits on any node: it wakes when the chat's owner, another
     node, appends the reply (NOTIFY on the outbox channel), not when its ``wait`` ends."""

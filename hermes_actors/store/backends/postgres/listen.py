@@ -33,7 +33,6 @@ from typing import Any
 import psycopg
 
 from hermes_actors._green import spawn
-from hermes_actors.errors import StoreUnavailableError
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.schema import (
     OUTBOX_CHANNEL,
@@ -111,8 +110,9 @@ class InboxNotices:
                             self._outbox(notice.payload)
                         else:
                             self._on_notice(_shard(notice.channel))
-                except (psycopg.Error, StoreUnavailableError) as exc:
-                    log.warning("event=cluster_listen_failed error=%s", self._server.scrub(exc))
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
+                    log.warning("event=cluster_listen_failed error=%s",
+                                self._server.scrub(f"{type(exc).__name__}: {exc}"))
                     if conn is not None:
                         conn.close()
                     conn = None
