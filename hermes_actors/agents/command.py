@@ -20,8 +20,10 @@ Exit status 0 is required; any other status is a failed turn (``CommandAgentErro
 goes to the log, truncated). stderr is otherwise free for the program's own logging.
 
 The child runs in its own process group, so an interrupt, a timeout or ``close()`` stops
-everything it started: SIGTERM to the group, SIGKILL after ``grace`` seconds. The child is
-always reaped before ``run_turn`` returns. Rejected: a long-lived child speaking a line
+everything it started: SIGTERM to the group, SIGKILL to the group after ``grace`` seconds
+(``close()``: SIGKILL at once). The SIGKILL goes to the group whether or not the child has
+exited meanwhile, so a helper that ignores SIGTERM dies with it. The child is always reaped
+before ``run_turn`` returns (a pending SIGKILL may fire after that). Rejected: a long-lived child speaking a line
 protocol (it would need its own supervision, restarts and framing rules).
 
 An ``interrupt`` affects only a ``run_turn`` in progress (each turn starts clean), like
@@ -105,7 +107,11 @@ class CommandAgent:
             except subprocess.TimeoutExpired:
                 if self._interrupted.is_set():
                     return TurnResult(None, "interrupted")
-                self._stop(proc)
+                self._terminate(proc, "timeout")
+                try:
+                    proc.wait(timeout=self.grace)
+                except subprocess.TimeoutExpired:
+                    pass  # killed (with its group) by the pending SIGKILL and _finish
                 raise CommandAgentTimeout(
                     f"agent command {self.argv[0]!r} took longer than {self.timeout:g}s "
                     "(agent.timeout) and was stopped"
@@ -117,17 +123,13 @@ class CommandAgent:
             self._finish(proc)
 
     def interrupt(self, reason: str | None = None) -> None:
-        """Stop the running child: SIGTERM to its group now, SIGKILL after ``grace``."""
+        """Stop the running child: SIGTERM to its group now, SIGKILL to the group after
+        ``grace``."""
         with self._lock:
             self._interrupted.set()
             proc = self._proc
-            if proc is None or self._kill_timer is not None:
-                return
-            timer = self._kill_timer = threading.Timer(self.grace, _signal, (proc, signal.SIGKILL))
-            timer.daemon = True
-        log.info("interrupting agent command pid=%s reason=%s", proc.pid, reason)
-        _signal(proc, signal.SIGTERM)
-        timer.start()
+        if proc is not None:
+            self._terminate(proc, reason)
 
     def release_clients(self) -> None:
         """Nothing is kept between turns."""
@@ -138,7 +140,7 @@ class CommandAgent:
             self._interrupted.set()
             proc = self._proc
         if proc is not None:
-            _signal(proc, signal.SIGKILL)
+            _kill_group(proc.pid)  # start_new_session: the group id is the child's pid
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -151,22 +153,25 @@ class CommandAgent:
         except OSError as exc:
             raise CommandAgentError(f"cannot start agent command {self.argv[0]!r}: {exc}") from exc
 
-    def _stop(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGTERM the group, wait ``grace``, then SIGKILL; reaps the child."""
+    def _terminate(self, proc: subprocess.Popen[bytes], reason: str | None) -> None:
+        """SIGTERM the child's group now and SIGKILL the group after ``grace`` (once a turn)."""
+        with self._lock:
+            if self._kill_timer is not None or proc is not self._proc:
+                return
+            # start_new_session: the group id is the child's pid, remembered here because the
+            # SIGKILL is sent even once the child itself is reaped (its helpers may live on).
+            timer = self._kill_timer = threading.Timer(self.grace, _kill_group, (proc.pid,))
+            timer.daemon = True
+        log.info("stopping agent command pid=%s reason=%s", proc.pid, reason)
         _signal(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.grace)
-        except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            proc.wait()
+        timer.start()
 
     def _finish(self, proc: subprocess.Popen[bytes]) -> None:
-        """Forget the child, cancel a pending SIGKILL, and make sure it is reaped."""
+        """Forget the child and make sure it is reaped. A pending SIGKILL is left to fire:
+        what else runs in the child's group has had no more than SIGTERM yet."""
         with self._lock:
             self._proc = None
-            timer, self._kill_timer = self._kill_timer, None
-        if timer is not None:
-            timer.cancel()
+            self._kill_timer = None
         if proc.returncode is None:
             _signal(proc, signal.SIGKILL)
             proc.wait()
@@ -246,6 +251,19 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL process group ``pgid``, whether or not its leader (the child) is reaped.
+
+    While any member lives, the group id cannot be taken by a new process; once the group
+    is empty, a reused pid would be hit only if it made itself a group leader within the
+    grace period.
+    """
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone
 
 
 def _signal_name(number: int) -> str:

@@ -35,8 +35,9 @@ sys.stderr.write(sys.argv[1])
 sys.exit(int(sys.argv[2]))
 """,
     # Connects to 127.0.0.1:argv[1], sends "<pid> <grandchild pid or 0>\\n", then blocks.
-    # argv[2]: "plain", "ignore-term" (survives SIGTERM) or "grandchild" (starts a blocked
-    # grandchild in the same process group first).
+    # argv[2]: "plain", "ignore-term" (survives SIGTERM), "grandchild" (starts a blocked
+    # grandchild in the same process group first) or "stray" (the same, but the grandchild
+    # ignores SIGTERM and holds none of the program's pipes, so it outlives the program).
     "block": """
 import os, signal, socket, subprocess, sys
 sys.stdin.read()
@@ -47,6 +48,13 @@ grandchild = 0
 if mode == "grandchild":
     grandchild = subprocess.Popen(
         [sys.executable, "-c", "import signal; signal.pause()"]).pid
+if mode == "stray":
+    # Ignored before the fork, so the grandchild never has a moment without it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grandchild = subprocess.Popen(
+        [sys.executable, "-c", "import signal; signal.pause()"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 with socket.create_connection(("127.0.0.1", port)) as conn:
     conn.sendall(f"{os.getpid()} {grandchild}\\n".encode())
 while True:

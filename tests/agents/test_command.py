@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -187,6 +188,40 @@ class TestInterrupt:
         agent.close()
         assert future.result(timeout=10) == TurnResult(None, "interrupted")
         assert_gone(pid)
+
+    def test_stray_helper_is_killed_after_an_interrupt(self, programs, started, worker):
+        """A helper in the group that ignores SIGTERM is SIGKILLed after the grace period,
+        though the program itself died of the SIGTERM and was reaped."""
+        agent = CommandAgent(argv(programs, "block", started.port, "stray"),
+                             timeout=60, grace=0.3)
+        future = worker.submit(agent.run_turn, make_request())
+        pid, helper = started.wait()
+        agent.interrupt("/stop")
+        assert future.result(timeout=10) == TurnResult(None, "interrupted")
+        assert_gone(pid)
+        assert_gone(helper)
+
+    def test_stray_helper_is_killed_after_a_timeout(self, programs, started):
+        """The same after agent.timeout: the group is SIGKILLed after the grace period."""
+        agent = CommandAgent(argv(programs, "block", started.port, "stray"),
+                             timeout=1, grace=0.3)
+        with ThreadPoolExecutor(1) as pool:
+            reported = pool.submit(started.wait)
+            with pytest.raises(CommandAgentTimeout):
+                agent.run_turn(make_request())
+            _, helper = reported.result(timeout=10)
+        assert_gone(helper)
+
+    def test_stray_helper_is_killed_by_close(self, programs, started, worker):
+        """``close`` SIGKILLs the whole group at once, a helper that ignores SIGTERM
+        included."""
+        agent = CommandAgent(argv(programs, "block", started.port, "stray"), timeout=60)
+        future = worker.submit(agent.run_turn, make_request())
+        pid, helper = started.wait()
+        agent.close()
+        assert future.result(timeout=10) == TurnResult(None, "interrupted")
+        assert_gone(pid)
+        assert_gone(helper)
 
     def test_interrupt_between_turns_is_forgotten(self, programs):
         """An interrupt while no turn runs does not cut the next turn short."""
