@@ -37,7 +37,8 @@ class TurnRequest:
     """
 
     __slots__ = ("session_key", "session_id", "message", "_history", "_load_history",
-                 "context", "system_prompt", "internal", "media_urls", "_emit", "_delegate")
+                 "context", "system_prompt", "internal", "media_urls", "_emit", "_delegate",
+                 "_interrupted")
 
     session_key: str
     session_id: str
@@ -50,6 +51,7 @@ class TurnRequest:
     media_urls: tuple[str, ...]
     _emit: Callable[[dict[str, Any]], None] | None
     _delegate: Callable[..., str] | None
+    _interrupted: Callable[[], bool] | None
 
     def __init__(
         self,
@@ -65,6 +67,7 @@ class TurnRequest:
         load_history: Callable[[], list[dict[str, Any]]] | None = None,
         _emit: Callable[[dict[str, Any]], None] | None = None,
         _delegate: Callable[..., str] | None = None,
+        _interrupted: Callable[[], bool] | None = None,
     ) -> None:
         setattr_ = object.__setattr__
         #: The session's routing key.
@@ -85,6 +88,7 @@ class TurnRequest:
         setattr_(self, "media_urls", tuple(media_urls))
         setattr_(self, "_emit", _emit)
         setattr_(self, "_delegate", _delegate)
+        setattr_(self, "_interrupted", _interrupted)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("TurnRequest is immutable")
@@ -102,6 +106,16 @@ class TurnRequest:
             history = list(loaded)
             object.__setattr__(self, "_history", history)
         return history
+
+    def interrupted(self) -> bool:
+        """Whether this turn has been asked to stop (``False`` for a request built elsewhere
+        than the runtime).
+
+        An interrupt can reach the agent after the runtime's last check but before
+        ``run_turn`` starts; an agent that clears its own interrupt flag at the start of
+        ``run_turn`` asks this after clearing it, so that interrupt is not lost.
+        """
+        return self._interrupted is not None and self._interrupted()
 
     def emit(self, message: dict[str, Any]) -> None:
         """Persist an intermediate message (tool call, tool result) of this turn now."""

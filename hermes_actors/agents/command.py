@@ -27,7 +27,8 @@ before ``run_turn`` returns (a pending SIGKILL may fire after that). Rejected: a
 protocol (it would need its own supervision, restarts and framing rules).
 
 An ``interrupt`` affects only a ``run_turn`` in progress (each turn starts clean), like
-``ScriptedAgent``.
+``ScriptedAgent``; a turn whose request says it was interrupted already
+(``TurnRequest.interrupted()``) starts no program.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class CommandAgent:
     def run_turn(self, request: TurnRequest) -> TurnResult:
         """Run the program on ``request``; a timeout or a bad exit raises ``CommandAgentError``."""
         self._interrupted.clear()
+        if request.interrupted():  # stopped before this call: its interrupt was cleared
+            return TurnResult(None, "interrupted")
         payload = encode_request(request)
         started = time.monotonic()
         proc = self._spawn()

@@ -91,6 +91,8 @@ class OpenAIAgent:
     def run_turn(self, request: TurnRequest) -> TurnResult:
         """POST the conversation and return the first choice's text and the usage."""
         self._interrupted.clear()
+        if request.interrupted():  # stopped before this call: its interrupt was cleared
+            return TurnResult(None, "interrupted")
         body = json.dumps(
             {"model": self.model, "messages": build_messages(request), "stream": False},
             ensure_ascii=False,

@@ -100,6 +100,8 @@ class ScriptedAgent:
     def run_turn(self, request: TurnRequest) -> TurnResult:
         """Obey the command on the message's last line."""
         self._interrupted.clear()
+        if request.interrupted():  # stopped before this call: its interrupt was cleared
+            return TurnResult(reply=None, status="interrupted")
         self.log.append(
             _Seen(request.message, request.session_id, len(request.history), request.internal)
         )

@@ -232,10 +232,12 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 _emit=emitter,
                 _delegate=lambda fn, label="task": _delegate(services, key, session_id, event,
                                                              fn, label),
+                _interrupted=lambda: turn.interrupted,
             )
             if turn.interrupted:
                 # Interrupted before the agent began (/stop, a follow-up, a drain): the user
-                # message is in the transcript, the agent is not run.
+                # message is in the transcript, the agent is not run. One after this check
+                # (while typing starts) reaches the agent via request.interrupted() too.
                 raise _NotRun
             # "typing…" while the agent works; stopped before the answer goes out
             typing = services.delivery.typing(event.source)

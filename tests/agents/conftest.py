@@ -19,8 +19,9 @@ from .programs import Started, write_programs
 
 def make_request(message: str = "hi there", *, history: list[dict[str, Any]] | None = None,
                  system_prompt: str = "You are a test.", internal: bool = False,
-                 media_urls: tuple[str, ...] = ()) -> TurnRequest:
-    """A ``TurnRequest`` as the runtime would build it, with a real ``SessionContext``."""
+                 media_urls: tuple[str, ...] = (), interrupted: bool = False) -> TurnRequest:
+    """A ``TurnRequest`` as the runtime would build it, with a real ``SessionContext``;
+    ``interrupted``: the turn was interrupted before its ``run_turn`` began."""
     source = SessionSource("telegram", chat_id="42", user_id="7")
     return TurnRequest(
         session_key="agent:main:telegram:dm:42",
@@ -31,6 +32,7 @@ def make_request(message: str = "hi there", *, history: list[dict[str, Any]] | N
         system_prompt=system_prompt,
         internal=internal,
         media_urls=media_urls,
+        _interrupted=(lambda: True) if interrupted else None,
     )
 
 

@@ -27,6 +27,12 @@ import sys
 sys.stdin.read()
 sys.stdout.write(sys.argv[1])
 """,
+    # Creates the file argv[1] and prints nothing.
+    "touch": """
+import pathlib, sys
+sys.stdin.read()
+pathlib.Path(sys.argv[1]).touch()
+""",
     # Writes argv[1] to stderr and exits with status argv[2].
     "fail": """
 import sys

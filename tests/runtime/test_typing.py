@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 from hermes_actors import Gateway, MessageEvent, SendResult, SessionSource, load_config
+from hermes_actors.agents.command import CommandAgent
 from hermes_actors.testing import Gates, ScriptedAgent
 
 
@@ -64,3 +67,39 @@ class TestTypingAroundTheTurn:
         finally:
             gateway.stop(drain_timeout=5)
         assert adapter.events == [("send", "echo: hi")]
+
+
+class TestStopJustBeforeTheAgentStarts:
+    """A /stop that reaches the agent after the runtime's last check, before ``run_turn``
+    starts, still stops the turn (the typing indicator starts exactly in that window)."""
+
+    def test_the_turn_does_not_run_on(self, tmp_path):
+        interrupted = threading.Event()
+
+        class Watched(CommandAgent):
+            def interrupt(self, reason=None):
+                super().interrupt(reason)
+                interrupted.set()
+
+        class StopOnTyping(TypingAdapter):
+            gateway: Gateway
+
+            def start_typing(self, target):
+                self.gateway.submit(MessageEvent(source=target, text="/stop"))
+                assert interrupted.wait(10)  # the agent was told before its run_turn
+                return super().start_typing(target)
+
+        adapter = StopOnTyping()
+        argv = ["sh", "-c", "cat >/dev/null; sleep 1.5; echo late reply"]
+        gateway = Gateway(tmp_path / "home", load_config({}, env={}), adapters=[adapter],
+                          agent_factory=lambda ctx: Watched(argv, timeout=30))
+        adapter.gateway = gateway
+        gateway.start()
+        try:
+            gateway.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"),
+                                        text="work"))
+            assert gateway.wait_idle(timeout=30)
+        finally:
+            gateway.stop(drain_timeout=5)
+        assert interrupted.is_set()
+        assert [text for kind, text in adapter.events if kind == "send"] == ["Stopped"]
