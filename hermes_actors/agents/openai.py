@@ -5,7 +5,9 @@ APIs). Built on ``http.client`` rather than a client library so that it needs no
 and is cooperative under ``gevent.monkey.patch_all()`` exactly as it is blocking with plain
 threads, and so that an interrupt can reach the in-flight socket: ``interrupt()`` shuts the
 socket down from the interrupting thread (or greenlet), which wakes the blocked read at once
-in both worlds. The socket timeout (``agent.timeout``) is only a backstop.
+in both worlds. The socket is in flight from before its connect: a server that does not
+accept, or a slow TLS handshake, is interrupted too. The socket timeouts (``CONNECT_TIMEOUT``,
+then ``agent.timeout``) are only a backstop.
 
 URL rule: ``base_url`` is the API root as the server documents it, e.g.
 ``http://127.0.0.1:8080/v1``; ``/chat/completions`` is appended. A URL without any path
@@ -31,6 +33,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -164,16 +167,14 @@ class OpenAIAgent:
                 raise
 
     def _exchange(self, conn: http.client.HTTPConnection, body: bytes) -> tuple[int, str, bytes]:
-        if conn.sock is None:
-            conn.connect()
-            sock = conn.sock
-            assert sock is not None  # connect() set it
-            sock.settimeout(self.timeout)
-        with self._lock:
-            if self._interrupted.is_set():
-                raise _Interrupted
-            self._inflight = conn.sock
         try:
+            if conn.sock is None:
+                conn.connect()  # in flight while it connects (_Connection)
+                sock = conn.sock
+                assert sock is not None  # connect() set it
+                sock.settimeout(self.timeout)
+            else:
+                self._track(conn.sock)
             conn.request("POST", _target(self.url), body=body, headers=self._headers())
             response = conn.getresponse()
             data = response.read(MAX_RESPONSE_BYTES + 1)
@@ -194,9 +195,15 @@ class OpenAIAgent:
     def _connection(self) -> http.client.HTTPConnection:
         host, port = self.url.hostname or "", self.url.port
         if self.url.scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT,
-                                               context=ssl.create_default_context())
-        return http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
+            return _TLSConnection(host, port, self._track, context=ssl.create_default_context())
+        return _Connection(host, port, self._track)
+
+    def _track(self, sock: socket.socket) -> None:
+        """Make ``sock`` the one ``interrupt()`` shuts down; raises if already interrupted."""
+        with self._lock:
+            if self._interrupted.is_set():
+                raise _Interrupted
+            self._inflight = sock
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json",
@@ -204,6 +211,54 @@ class OpenAIAgent:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
+
+
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection that hands each socket to ``track`` before connecting it, so that
+    ``interrupt()`` can shut it down while the connect blocks."""
+
+    def __init__(self, host: str, port: int | None, track: Callable[[socket.socket], None],
+                 **kwargs: Any) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT, **kwargs)
+        self._track = track
+        self._create_connection = self._open  # http.client's hook: socket.create_connection
+
+    def _open(self, address: tuple[str, int], timeout: float,
+              source_address: Any = None) -> socket.socket:
+        """``socket.create_connection`` (each address in turn), tracking each socket."""
+        error: OSError | None = None
+        for family, kind, proto, _, sockaddr in socket.getaddrinfo(*address, 0,
+                                                                   socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                self._track(sock)
+                sock.settimeout(timeout)
+                sock.connect(sockaddr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise error or OSError(f"no address found for {address[0]!r}")
+
+
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
+    """HTTPS whose TLS socket is tracked before its handshake, so a slow one is interrupted."""
+
+    def __init__(self, host: str, port: int | None, track: Callable[[socket.socket], None],
+                 *, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, track, context=context)
+        self._tls = context
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP, tracked while it connects
+        assert self.sock is not None
+        self.sock = sock = self._tls.wrap_socket(self.sock, server_hostname=self.host,
+                                                 do_handshake_on_connect=False)
+        self._track(sock)
+        sock.do_handshake()
 
 
 def chat_completions_url(base_url: str) -> SplitResult:

@@ -11,6 +11,7 @@ monkey.patch_all()
 
 # ruff: noqa: E402 - everything below must be imported after patching
 import json
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -84,6 +85,16 @@ def openai_outcomes() -> dict:
         out["openai_interrupt"] = result().status
     finally:
         server.close()
+    # A server that takes the connection and never answers the TLS hello.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        agent = OpenAIAgent(f"https://127.0.0.1:{port}/v1", "m", timeout=60)
+        result = in_greenlet(lambda: agent.run_turn(request("hi")))
+        conn, _ = silent.accept()
+        with conn:
+            conn.recv(1)  # the client hello: in the handshake now
+            agent.interrupt("/stop")
+            out["openai_handshake_interrupt"] = result().status
     return out
 
 

@@ -17,7 +17,8 @@ class TestUnderGevent:
     """Turns, interrupts and timeouts behave the same in a gevent-patched process."""
 
     def test_agents_under_gevent(self, tmp_path):
-        """Command and OpenAI turns complete, and interrupts from another greenlet land."""
+        """Command and OpenAI turns complete, and interrupts from another greenlet land
+        (an OpenAI one during the TLS handshake too)."""
         proc = subprocess.run([sys.executable, str(DRIVER), str(tmp_path)],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,4 +29,5 @@ class TestUnderGevent:
             "timeout": "CommandAgentTimeout",
             "reply": "hello from the model",
             "openai_interrupt": "interrupted",
+            "openai_handshake_interrupt": "interrupted",
         }

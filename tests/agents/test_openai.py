@@ -6,8 +6,10 @@ import json
 import socket
 import time
 
+import psutil
 import pytest
 
+from hermes_actors.agents import openai as openai_module
 from hermes_actors.agents.base import Agent, TurnResult
 from hermes_actors.agents.openai import (
     OpenAIAgent,
@@ -167,12 +169,72 @@ class TestInterrupt:
         chat_server.state.release.set()
         assert agent.run_turn(make_request()).status == "completed"
 
+    def test_interrupt_while_connecting(self, monkeypatch, worker):
+        """A server whose listen backlog is full leaves the connect hanging; an interrupt
+        ends it at once, not at CONNECT_TIMEOUT."""
+        monkeypatch.setattr(openai_module, "CONNECT_TIMEOUT", 60.0)
+        with socket.create_server(("127.0.0.1", 0), backlog=0) as server:
+            port = server.getsockname()[1]
+            fillers = [_start_connect(port) for _ in range(3)]  # never accepted
+            try:
+                before = _connecting_to(port)
+                agent = OpenAIAgent(f"http://127.0.0.1:{port}/v1", "m", timeout=60)
+                future = worker.submit(agent.run_turn, make_request())
+                _wait_for(lambda: _connecting_to(port) > before)
+                t0 = time.monotonic()
+                agent.interrupt("/stop")
+                assert future.result(timeout=10) == TurnResult(None, "interrupted")
+                assert time.monotonic() - t0 < 2
+            finally:
+                for filler in fillers:
+                    filler.close()
+
+    def test_interrupt_during_the_tls_handshake(self, monkeypatch, worker):
+        """A server that takes the connection but never answers the TLS hello is
+        interrupted too."""
+        monkeypatch.setattr(openai_module, "CONNECT_TIMEOUT", 60.0)
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            server.settimeout(10)
+            port = server.getsockname()[1]
+            agent = OpenAIAgent(f"https://127.0.0.1:{port}/v1", "m", timeout=60)
+            future = worker.submit(agent.run_turn, make_request())
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(10)
+                assert conn.recv(1) == b"\x16"  # the client hello: in the handshake now
+                t0 = time.monotonic()
+                agent.interrupt("/stop")
+                assert future.result(timeout=10) == TurnResult(None, "interrupted")
+                assert time.monotonic() - t0 < 2
+
     def test_timeout_raises(self, chat_server):
         """A server slower than the timeout makes the turn raise OpenAIAgentTimeout."""
         chat_server.state.hold = True
         agent = OpenAIAgent(chat_server.base_url, "m", timeout=0.3)
         with pytest.raises(OpenAIAgentTimeout, match="agent.timeout"):
             agent.run_turn(make_request())
+
+
+def _start_connect(port: int) -> socket.socket:
+    """A connection to ``port`` started without waiting for it."""
+    sock = socket.socket()
+    sock.setblocking(False)
+    sock.connect_ex(("127.0.0.1", port))
+    return sock
+
+
+def _connecting_to(port: int) -> int:
+    """How many of this process's TCP connections to ``port`` wait for the server's SYN-ACK."""
+    return sum(1 for conn in psutil.Process().net_connections("tcp")
+               if conn.raddr and conn.raddr.port == port
+               and conn.status == psutil.CONN_SYN_SENT)
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
 
 
 class TestUrlRule:
