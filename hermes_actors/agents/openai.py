@@ -12,7 +12,8 @@ then ``agent.timeout``) are only a backstop.
 URL rule: ``base_url`` is the API root as the server documents it, e.g.
 ``http://127.0.0.1:8080/v1``; ``/chat/completions`` is appended. A URL without any path
 (``http://127.0.0.1:8080``) means ``/v1``; a URL that already ends in ``/chat/completions``
-is used as it is; a query string is kept.
+is used as it is; a query string is kept; a port that is not a number from 0 to 65535 is
+refused.
 
 Messages: the system prompt, then the history, then the new user message. History messages
 with role ``user``, ``assistant`` or ``system`` and non-empty text are sent as they are;
@@ -266,6 +267,10 @@ def chat_completions_url(base_url: str) -> SplitResult:
     parts = urlsplit(base_url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an http:// or https:// URL, got {base_url!r}")
+    try:
+        parts.port  # noqa: B018 - read only to check it: a bad one raises on first use
+    except ValueError as exc:
+        raise ValueError(f"{exc} in {base_url!r}") from None
     path = parts.path.rstrip("/")
     if not path.endswith("/chat/completions"):
         path = (path or "/v1") + "/chat/completions"

@@ -96,6 +96,8 @@ class TestConfigErrors:
         ({"model": "m"}, "agent.openai.base_url"),
         ({"base_url": "  ", "model": "m"}, "agent.openai.base_url"),
         ({"base_url": "localhost:8080", "model": "m"}, "agent.openai.base_url"),
+        ({"base_url": "http://127.0.0.1:80800/v1", "model": "m"}, "agent.openai.base_url"),
+        ({"base_url": "http://127.0.0.1:80x/v1", "model": "m"}, "agent.openai.base_url"),
         ({"base_url": "http://h/v1"}, "agent.openai.model"),
         ({"base_url": "http://h/v1", "model": "m", "api_key_env": "NOPE"},
          "agent.openai.api_key_env"),

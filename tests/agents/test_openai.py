@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -257,6 +258,13 @@ class TestUrlRule:
     def test_rejects_non_http(self, base_url):
         """A URL without an http(s) scheme and host is refused."""
         with pytest.raises(ValueError, match="http"):
+            chat_completions_url(base_url)
+
+    @pytest.mark.parametrize("base_url", ["http://127.0.0.1:80800/v1", "https://h:-1",
+                                          "http://h:port/v1"])
+    def test_rejects_a_bad_port(self, base_url):
+        """A port that is not a number from 0 to 65535 is refused, naming the URL."""
+        with pytest.raises(ValueError, match="[Pp]ort.*" + re.escape(repr(base_url))):
             chat_completions_url(base_url)
 
 
