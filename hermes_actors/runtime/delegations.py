@@ -53,8 +53,10 @@ class DelegationRegistry:
     """Thread-safe registry of running delegations."""
 
     def __init__(self, on_started: Callable[[], None], on_finished: Callable[[], None]) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._running: dict[str, Delegation] = {}
+        #: Started and not yet reported (``_running`` loses a delegation before its report).
+        self._unfinished = 0
         self._ids = itertools.count(1)
         self._on_started = on_started
         self._on_finished = on_finished
@@ -71,6 +73,7 @@ class DelegationRegistry:
         delegation = Delegation(f"d{next(self._ids)}", session_key, session_id, str(label))
         with self._lock:
             self._running[delegation.id] = delegation
+            self._unfinished += 1
         self._on_started()
 
         def work() -> None:
@@ -80,6 +83,9 @@ class DelegationRegistry:
             try:
                 report(delegation, status, output)
             finally:
+                with self._lock:
+                    self._unfinished -= 1
+                    self._lock.notify_all()
                 self._on_finished()
 
         threading.Thread(target=work, name=f"delegation-{delegation.id}", daemon=True).start()
@@ -109,6 +115,12 @@ class DelegationRegistry:
             for delegation in pending:
                 delegation.cancel.set()
         return len(pending)
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every delegation has ended and reported;
+        False if some still run."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._unfinished == 0, timeout=timeout)
 
     def stoppable(self, session_key: str) -> int:
         """How many of the session's delegations run and were not asked to stop yet (what

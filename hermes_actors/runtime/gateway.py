@@ -62,6 +62,8 @@ log = logging.getLogger("hermes_actors.gateway")
 _STORE_FILES = ("state.db", "sessions")
 #: Seconds ``admit`` waits for the session actor's answer (a mailbox round trip).
 _ANSWER_TIMEOUT = 30.0
+#: How long a stop waits for the delegations it stopped to report back (§8).
+_DELEGATIONS_STOP_TIMEOUT = 5.0
 
 
 class Admission(NamedTuple):
@@ -314,7 +316,7 @@ class Gateway:
             ("drain", lambda: self._drain(timeout, reason)),
             # a cluster node hands its (drained) shards over and leaves
             *([("cluster", self._leave_cluster)] if self.cluster is not None else []),
-            ("delegations", services.delegations.cancel_all),
+            ("delegations", lambda: _stop_delegations(services.delegations)),
             ("actors", self._live_router.stop_all),
             ("notices", services.notices.stop),
             ("agents", lambda: _close_agents(services.cache)),
@@ -445,7 +447,9 @@ class Gateway:
                     if counted and not refusable:  # (admit() still withdraws a refusal)
                         counted = False
                         self._count_out()
-                    if self._gate_open or (event.internal and self._state == "running"):
+                    if event.internal and self._state == "stopping":
+                        pass  # no turn starts any more: the inbox replays it next start
+                    elif self._gate_open or (event.internal and self._state == "running"):
                         # internal wake-ups bypass the restore gate
                         answer = self._dispatch(key, event, refusable)
                     elif self._state == "running":
@@ -619,6 +623,16 @@ class Gateway:
 
 #: How long a housekeeping pass, or the shutdown, waits for the agents' releases and closes.
 _SETTLE_TIMEOUT = 30.0
+
+
+def _stop_delegations(delegations: DelegationRegistry) -> None:
+    """Stop every delegation and give them a few seconds to report back ("interrupted"),
+    while the store can still record their completions for the next start."""
+    delegations.cancel_all()
+    if not delegations.wait_finished(_DELEGATIONS_STOP_TIMEOUT):
+        log.warning("stopping with %d delegation(s) still running after %.0f s: a completion "
+                    "is recorded while the store is open, and lost after",
+                    delegations.running(), _DELEGATIONS_STOP_TIMEOUT)
 
 
 def _close_agents(cache: Any) -> None:

@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from hermes_actors import (
+    Gateway,
+    InMemoryAdapter,
+    MessageEvent,
+    SessionSource,
+    TurnResult,
+    load_config,
+)
+from hermes_actors.runtime import gateway as gateway_module
 from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.session_actor import NOTHING_TO_STOP, STOPPED
+from hermes_actors.testing import ScriptedAgent
 
 
 @pytest.fixture
 def harness_store(every_backend):
     """Every scenario here runs on each store backend."""
     return every_backend
+
+
+SRC = SessionSource("telegram", chat_id="42", user_id="7")
 
 
 def wakeups(h) -> list:
@@ -67,6 +81,95 @@ class TestInterrupt:
         assert wakeups(h) == []
         rows = h.gw.store.load_transcript(old)
         assert rows[-1]["content"] == "[delegation task interrupted] delegation started"
+
+
+class _DelegatingAgent(ScriptedAgent):
+    """Starts ``fn`` as a delegation on ``go``; echoes anything else."""
+
+    def __init__(self, fn, seen: list[str]) -> None:
+        super().__init__()
+        self.fn, self.seen = fn, seen
+
+    def run_turn(self, request):
+        self.seen.append(request.message)
+        if request.message == "go":
+            request.delegate(self.fn, label="job")
+            return TurnResult(reply="started")
+        return TurnResult(reply=f"echo: {request.message}")
+
+
+class TestShutdown:
+    """A delegation stopped by a graceful stop still reports back, durably (§8)."""
+
+    @pytest.fixture
+    def restartable(self, tmp_path, harness_store):
+        """``start(fn)``: a gateway on one home whose agent delegates ``fn`` on ``go``."""
+        seen: list[str] = []
+        gateways: list[Gateway] = []
+
+        def start(fn, agent=_DelegatingAgent):
+            adapter = InMemoryAdapter("telegram")
+            gw = Gateway(tmp_path / "home", config=load_config(harness_store, env={}),
+                         agent_factory=lambda ctx: agent(fn, seen), adapters=[adapter])
+            gw.start()
+            gateways.append(gw)
+            return gw, adapter
+
+        yield start, seen
+        for gw in gateways:
+            gw.stop(drain_timeout=5)
+
+    def test_slow_to_stop_delegation_reports_after_restart(self, restartable):
+        start, seen = restartable
+        started = threading.Event()
+
+        def slow_to_stop(cancel, progress):
+            progress("half")
+            started.set()
+            cancel.wait()
+            time.sleep(0.5)  # its cleanup takes a while after the stop
+            progress("cleaned up")
+
+        gw, _ = start(slow_to_stop)
+        gw.submit(MessageEvent(source=SRC, text="go"))
+        assert started.wait(10)
+        gw.stop(drain_timeout=5)
+        assert gw.stopped_cleanly
+        completion = "[delegation job interrupted] half\ncleaned up"
+        gw, adapter = start(slow_to_stop)
+        assert gw.wait_idle(timeout=20)
+        assert seen == ["go", completion]
+        assert adapter.texts() == [f"echo: {completion}"]
+
+    def test_completion_after_the_actors_stopped_is_kept(self, restartable, monkeypatch,
+                                                         caplog):
+        """Past the stop's wait for delegations, a completion is still recorded while the
+        store is open (the session actors are gone by then) and answered next start."""
+        start, seen = restartable
+        monkeypatch.setattr(gateway_module, "_DELEGATIONS_STOP_TIMEOUT", 0.0)
+        started, closing = threading.Event(), threading.Event()
+
+        def outlives_the_wait(cancel, progress):
+            started.set()
+            assert closing.wait(10)  # the stop is closing the agents: the actors are gone
+            progress("late")
+
+        class ClosesLate(_DelegatingAgent):
+            def close(self):
+                closing.set()
+                assert registry.wait_finished(10)
+                super().close()
+
+        gw, _ = start(outlives_the_wait, ClosesLate)
+        registry = gw._live_services.delegations
+        gw.submit(MessageEvent(source=SRC, text="go"))
+        assert started.wait(10)
+        gw.stop(drain_timeout=5)
+        assert closing.is_set() and registry.running() == 0
+        assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+        gw, _ = start(outlives_the_wait)
+        assert gw.wait_idle(timeout=20)
+        assert seen == ["go", "[delegation job interrupted] late"]
 
 
 class TestRegistryOutcomes:
