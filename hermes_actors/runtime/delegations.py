@@ -37,16 +37,17 @@ def format_completion(delegation: Delegation, status: str, output: str) -> str:
 def _outcome(delegation: Delegation, fn: Callable[..., Any]) -> tuple[str, str]:
     try:
         value = fn(delegation.cancel, delegation.progress.append)
-    except Exception as exc:  # noqa: BLE001 - a delegation's failure is reported, not raised
+        text = "" if value is None else str(value)
+    except BaseException as exc:  # noqa: BLE001 - a failure is reported, SystemExit too
         partial = "\n".join(delegation.progress)
+        if type(exc).__name__ == "GreenletExit":
+            return "interrupted", partial  # gevent killed the worker; fn has unwound
         error = f"error: {type(exc).__name__}: {exc}"
         return "failed", f"{partial}\n{error}" if partial else error
     partial = "\n".join(delegation.progress)
     if delegation.cancel.is_set():
         return "interrupted", partial
-    if value is not None and str(value) != "":
-        return "completed", str(value)
-    return "completed", partial
+    return "completed", text or partial
 
 
 class DelegationRegistry:
@@ -77,16 +78,19 @@ class DelegationRegistry:
         self._on_started()
 
         def work() -> None:
-            status, output = _outcome(delegation, fn)
-            with self._lock:
-                self._running.pop(delegation.id, None)
+            status, output = "failed", "error: the delegation's worker failed"
             try:
-                report(delegation, status, output)
-            finally:
+                status, output = _outcome(delegation, fn)
+            finally:  # whatever ends the worker, the delegation ends and reports
                 with self._lock:
-                    self._unfinished -= 1
-                    self._lock.notify_all()
-                self._on_finished()
+                    self._running.pop(delegation.id, None)
+                try:
+                    report(delegation, status, output)
+                finally:
+                    with self._lock:
+                        self._unfinished -= 1
+                        self._lock.notify_all()
+                    self._on_finished()
 
         threading.Thread(target=work, name=f"delegation-{delegation.id}", daemon=True).start()
         return delegation.id

@@ -30,6 +30,12 @@ def harness_store(every_backend):
 SRC = SessionSource("telegram", chat_id="42", user_id="7")
 
 
+def _gevent_patched() -> bool:
+    import gevent.monkey
+
+    return gevent.monkey.is_module_patched("threading")
+
+
 def wakeups(h) -> list:
     return [s for s in h.log if s.internal]
 
@@ -227,3 +233,49 @@ class TestRegistryOutcomes:
         out = self.run(fn)
         assert out["status"] == "failed"
         assert out["output"] == "half\nerror: ValueError: boom"
+
+    def test_system_exit_is_failed_and_the_delegation_ends(self):
+        """argparse rejecting input, or sys.exit() in a tool: reported like any failure."""
+        done, finished = threading.Event(), threading.Event()
+        result = {}
+        reg = DelegationRegistry(lambda: None, finished.set)
+
+        def report(d, status, output):
+            result.update(status=status, output=output)
+            done.set()
+
+        def exits(cancel, progress):
+            progress("parsing")
+            raise SystemExit(2)
+
+        reg.start("k", "s", exits, "job", report)
+        assert done.wait(5) and finished.wait(5)
+        assert result == {"status": "failed", "output": "parsing\nerror: SystemExit: 2"}
+        assert reg.running() == 0
+        assert reg.wait_finished(5)
+
+    @pytest.mark.skipif(not _gevent_patched(), reason="a greenlet kill needs gevent")
+    def test_killed_worker_is_interrupted_and_the_delegation_ends(self):
+        import gevent
+
+        done, finished, started = threading.Event(), threading.Event(), threading.Event()
+        result = {}
+        workers = []
+        reg = DelegationRegistry(lambda: None, finished.set)
+
+        def report(d, status, output):
+            result.update(status=status, output=output)
+            done.set()
+
+        def blocks(cancel, progress):
+            progress("half")
+            workers.append(gevent.getcurrent())
+            started.set()
+            cancel.wait()
+
+        reg.start("k", "s", blocks, "job", report)
+        assert started.wait(5)
+        gevent.kill(workers[0])
+        assert done.wait(5) and finished.wait(5)
+        assert result == {"status": "interrupted", "output": "half"}
+        assert reg.running() == 0
