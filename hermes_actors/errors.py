@@ -14,6 +14,7 @@ __all__ = [
     "HermesActorsError",
     "HomeInUseError",
     "StoreError",
+    "StoreRejectedError",
     "StoreUnavailableError",
     "StoreUnreachableError",
     "UnknownPlatformError",
@@ -68,6 +69,11 @@ class FencedError(StoreError):
     def __reduce__(self) -> tuple:
         # pickled whole (a writer in another process reports it to its parent)
         return (type(self), (str(self), self.shard, self.epoch))
+
+
+class StoreRejectedError(StoreError):
+    """The store refused a write for the values it carries (a lone surrogate, an integer
+    over 64 bits, a constraint): the same write is refused again, so retrying cannot help."""
 
 
 class StoreUnavailableError(StoreError):

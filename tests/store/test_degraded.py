@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreRejectedError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store import SessionDB, StoreUnavailableError
@@ -264,11 +264,11 @@ class TestWriteFailureAfterOpen:
         ({"role": "user", "content": "x", "token_count": 2**64}, None),  # over 64 bits
     ], ids=["unbindable", "unencodable", "overflow"])
     def test_a_write_of_a_bad_value_fails_alone(self, make_store, message, turn_token):
-        # the list is rejected with StoreError; the database stays in use (no failover:
-        # degraded mode would only fail the same way)
+        # the list is rejected with StoreRejectedError (a retry is refused the same way);
+        # the database stays in use (no failover: degraded mode would only fail the same way)
         store = make_store()
         entry = store.get_or_create_session(dm())
-        with pytest.raises(StoreError) as raised:
+        with pytest.raises(StoreRejectedError) as raised:
             store.append_message(entry.session_id, message, turn_token=turn_token)
         assert not isinstance(raised.value, StoreUnavailableError)
         assert "write rejected" in str(raised.value)

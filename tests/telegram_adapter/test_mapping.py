@@ -97,6 +97,30 @@ class TestContent:
         assert other.text == "/new@other_bot"
 
 
+class TestLoneSurrogates:
+    """A half of an emoji (JSON's ``"\\ud83d"`` alone) is U+FFFD: no store can encode it."""
+
+    def test_in_a_text(self):
+        event = message_event(_message({"id": 1, "type": "private"}, "broken \ud83d"))
+        assert event.text == "broken \ufffd"
+        event.text.encode("utf-8")  # what the store does with it
+
+    def test_in_a_caption_the_sender_and_the_group(self):
+        chat = {"id": -5, "type": "group", "title": "ops \udc00"}
+        sender = {"id": 7, "is_bot": False, "first_name": "Al\ud83dice"}
+        sizes = [{"file_id": "p", "file_unique_id": "u", "width": 9, "height": 9}]
+        event = message_event(_message(chat, text=None, photo=sizes, caption="\ude00 look",
+                                       **{"from": sender}))
+        assert event.text == "\ufffd look"
+        assert event.source.user_name == "Al\ufffdice"
+        assert event.source.chat_name == "ops \ufffd"
+
+    def test_a_pair_is_its_character_and_other_text_is_unchanged(self):
+        chat = {"id": 1, "type": "private"}
+        assert message_event(_message(chat, "\ud83d\ude00 ok")).text == "\U0001f600 ok"
+        assert message_event(_message(chat, "ok \U0001f600 é")).text == "ok \U0001f600 é"
+
+
 class TestSplit:
     """Long replies are cut at Telegram's limit, on paragraph, then line, then word bounds."""
 

@@ -9,7 +9,7 @@ import pytest
 
 from hermes_actors.adapters.telegram import BotClient
 from hermes_actors.adapters.telegram.poller import UpdatePoller
-from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.errors import HermesActorsError, StoreError, StoreRejectedError
 
 from .fake_bot_api import TOKEN, group, private
 
@@ -71,6 +71,41 @@ class TestAcknowledgement:
         assert poller.offset is None and bot_api.acknowledged() == 0
         assert poller.poll_once() == 1  # delivered again by the server, submitted again
         assert calls == ["retry me", "retry me"] and poller.offset == update + 1
+
+    def test_a_message_the_store_rejects_is_logged_and_acknowledged(self, client, bot_api,
+                                                                    caplog):
+        """Its retry would be rejected the same way, and every later update waits behind
+        it: it is skipped, named by its update id, and the next messages go on."""
+        rejected = bot_api.message(private(), "cannot be stored")
+        after = bot_api.message(private(), "after it")
+        texts: list[str] = []
+
+        def submit(event):
+            if event.text == "cannot be stored":
+                raise StoreRejectedError("write rejected by state.db: UnicodeEncodeError")
+            texts.append(event.text)
+
+        poller = UpdatePoller(client, submit, poll_timeout=1)
+        with caplog.at_level(logging.ERROR, logger="hermes_actors.telegram"):
+            assert poller.poll_once() == 2
+        assert texts == ["after it"] and poller.offset == after + 1
+        assert poller.poll_once() == 0 and bot_api.acknowledged() == after + 1
+        [record] = [r for r in caplog.records if "telegram_rejected" in r.getMessage()]
+        assert f"update_id={rejected}" in record.getMessage()
+        assert "UnicodeEncodeError" in record.getMessage()
+
+    def test_half_an_emoji_is_stored_and_answered(self, client, bot_api, make_harness):
+        """A text cut inside a surrogate pair reaches a real gateway (U+FFFD for the half)
+        and does not hold up the message after it."""
+        h = make_harness()
+        broken = bot_api.message(private(), "broken \ud83d")
+        poller = UpdatePoller(client, h.gw.submit, poll_timeout=1)
+        assert poller.poll_once() == 1 and poller.offset == broken + 1
+        h.idle()
+        after = bot_api.message(private(), "after it")
+        assert poller.poll_once() == 1 and poller.offset == after + 1
+        h.idle()
+        assert h.texts() == ["echo: broken \ufffd", "echo: after it"]
 
     def test_a_stopped_gateway_ends_the_loop_without_acknowledging(self, client, bot_api):
         bot_api.message(private(), "too late")

@@ -12,7 +12,9 @@ the JSON the Bot API sends):
 * photos (the largest size), voice notes and documents become ``PHOTO``, ``VOICE`` and
   ``DOCUMENT`` with their ``file_id`` as the media URL and the caption as the text; other
   content (stickers, service messages) is not a message for the agent;
-* ``/new@ThisBot`` (how Telegram clients address a command in a group) is ``/new``.
+* ``/new@ThisBot`` (how Telegram clients address a command in a group) is ``/new``;
+* a lone UTF-16 surrogate in a text, caption or name (a client that cut an emoji in half;
+  JSON lets ``"\\ud83d"`` through) is U+FFFD, since no store can encode one.
 
 :func:`split_message` cuts at Telegram's limit of 4,096 characters, counted as the Bot API
 counts them (UTF-16 code units), preferring a paragraph break, then a line break, then a
@@ -22,7 +24,7 @@ paragraph over a line, and can leave a chunk of whitespace, which Telegram refus
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.model.source import SessionSource
@@ -32,6 +34,7 @@ __all__ = ["MESSAGE_LIMIT", "message_event", "split_message", "utf16_length"]
 #: The most text one Telegram message may carry, in UTF-16 code units.
 MESSAGE_LIMIT = 4096
 _SEPARATORS = ("\n\n", "\n", " ")
+_Text = TypeVar("_Text", str, None)
 
 
 def message_event(message: Any, *, update_id: int | None = None,
@@ -46,7 +49,7 @@ def message_event(message: Any, *, update_id: int | None = None,
         chat_type, chat_name = "dm", None
     elif chat.type in ("group", "supergroup"):
         chat_type = "thread" if thread_id else "group"
-        chat_name = chat.title
+        chat_name = _valid(chat.title)
     else:
         return None
     content = _content(message)
@@ -66,7 +69,7 @@ def message_event(message: Any, *, update_id: int | None = None,
         is_bot=bool(getattr(sender, "is_bot", False)),
     )
     metadata = {"telegram": {"update_id": update_id}} if update_id is not None else {}
-    return MessageEvent(source=source, text=_strip_bot_mention(text, bot_username),
+    return MessageEvent(source=source, text=_strip_bot_mention(_valid(text), bot_username),
                         message_type=kind, media_urls=media, metadata=metadata)
 
 
@@ -88,8 +91,15 @@ def _display_name(user: Any) -> str | None:
         return None
     name = " ".join(part for part in (user.first_name, user.last_name) if part).strip()
     if name:
-        return name
-    return f"@{user.username}" if user.username else None
+        return _valid(name)
+    return _valid(f"@{user.username}") if user.username else None
+
+
+def _valid(text: _Text) -> _Text:
+    """``text`` with each lone surrogate replaced by U+FFFD (a pair of them, its character)."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _strip_bot_mention(text: str, bot_username: str | None) -> str:

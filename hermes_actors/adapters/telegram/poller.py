@@ -13,7 +13,9 @@ Updates that are not messages for the agent, and chats outside ``allowed_chats``
 acknowledged and dropped; a dropped chat is logged once (a bounded memory of chats, so a
 public bot's strangers cannot grow it). A failed poll, a store that cannot take the
 message, or any other failure is retried with a growing pause (1 s to 30 s) without
-acknowledging anything; a gateway that stopped accepting ends the loop.
+acknowledging anything; a gateway that stopped accepting ends the loop. A message the store
+refuses for what it carries (:class:`StoreRejectedError`) would be refused at every retry
+and hold up every later update: it is logged with its ``update_id`` and acknowledged.
 
 On a cluster node the poller runs only while the node holds the adapter's lease
 (``runtime/pull_adapters``) and is given ``time_left``, the seconds until the lease's local
@@ -35,7 +37,7 @@ from cachetools import LRUCache
 from hermes_actors._green import gevent_threading_patched
 from hermes_actors.adapters.telegram.client import BotClient, TelegramError
 from hermes_actors.adapters.telegram.mapping import message_event
-from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.errors import HermesActorsError, StoreError, StoreRejectedError
 from hermes_actors.model.events import MessageEvent
 
 __all__ = ["UpdatePoller"]
@@ -201,6 +203,10 @@ class UpdatePoller:
             return
         try:
             self._submit(event)
+        except StoreRejectedError as exc:  # every retry would be refused the same way
+            log.error("event=telegram_rejected update_id=%s chat_id=%s error=%s",
+                      update.update_id, chat_id, exc)
+            return
         except StoreError:
             raise  # not durable: not acknowledged, retried after a pause
         except HermesActorsError:

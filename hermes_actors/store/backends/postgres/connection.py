@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from hermes_actors.errors import (
     FencedError,
     StoreError,
+    StoreRejectedError,
     StoreUnavailableError,
     StoreUnreachableError,
 )
@@ -144,4 +145,4 @@ class Server:
             shard, _, epoch = (diag.message_detail or "").partition(" ")
             if shard.isdigit() and epoch.isdigit():
                 return FencedError(message, int(shard), int(epoch))
-        return StoreError(message)
+        return StoreRejectedError(message)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hermes_actors._green import gevent_threading_patched
-from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.errors import StoreError, StoreRejectedError, StoreUnavailableError
 from hermes_actors.model.ids import new_id
 from hermes_actors.store.backends.files.node_files import (
     read_home_files,
@@ -440,7 +440,7 @@ class SessionDB:
                     continue
                 if isinstance(exc, _REJECTED):  # this list's values or statements: not an
                     # outage (retrying or a failover would fail the same way)
-                    raise StoreError(f"write rejected by {self.path}: {exc}") from exc
+                    raise StoreRejectedError(f"write rejected by {self.path}: {exc}") from exc
                 failures += 1
                 if isinstance(exc, pw.OperationalError) and failures < WRITE_ATTEMPTS:
                     log.warning("write to %s failed (%s); retrying", self.path, exc)
@@ -448,7 +448,7 @@ class SessionDB:
                 raise StoreUnavailableError(f"cannot write {self.path}: {exc}") from exc
             except _UNBINDABLE as exc:  # a value sqlite3 cannot bind (a lone surrogate, an
                 self._ops.committed(False)  # integer over 64 bits)
-                raise StoreError(f"write rejected by {self.path}: {type(exc).__name__}: "
+                raise StoreRejectedError(f"write rejected by {self.path}: {type(exc).__name__}: "
                                  f"{exc}") from exc
             except BaseException:
                 self._ops.committed(False)
