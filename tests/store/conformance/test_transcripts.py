@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .ops import SID, T0, message, session
 
 
@@ -25,6 +27,17 @@ class TestMessages:
                        message("a", "assistant", token="t1", reply=True)])
         assert [m["content"] for m in backend.load_messages(SID, "t1")] == ["earlier"]
         assert len(backend.load_messages(SID, "other")) == 3
+
+    def test_a_text_no_backend_can_store_is_rejected_alone(self, backend):
+        # a lone surrogate (half an emoji): refused for what it carries, on every backend,
+        # and the backend goes on
+        from hermes_actors.errors import StoreRejectedError
+
+        backend.apply([session(), message("before")])
+        with pytest.raises(StoreRejectedError):
+            backend.apply([message("half \ud83d")])
+        backend.apply([message("after")])
+        assert [m["content"] for m in backend.load_messages(SID)] == ["before", "after"]
 
     def test_survive_a_reopen(self, opened):
         opened.backend.apply([session(), message("q")])

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreRejectedError
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
@@ -195,7 +195,8 @@ class FilesBackend:
         except OSError as exc:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         except UnicodeError as exc:  # a lone surrogate: refused, as SQLite refuses it
-            raise StoreError(f"write rejected by the degraded-mode files: {exc}") from exc
+            raise StoreRejectedError(
+                f"write rejected by the degraded-mode files: {exc}") from exc
         with self._lock:
             results = [self._apply_one(op) for op in ops]
         if any(isinstance(op, _ROUTING_OPS) for op in ops):
@@ -402,4 +403,4 @@ def _check_text(session_key: str, text: str) -> None:
     try:
         (session_key + text).encode("utf-8")
     except UnicodeError as exc:
-        raise StoreError(f"write rejected by the degraded-mode files: {exc}") from None
+        raise StoreRejectedError(f"write rejected by the degraded-mode files: {exc}") from None

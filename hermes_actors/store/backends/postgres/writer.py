@@ -202,5 +202,6 @@ class Writer:
                                 self._server.scrub(exc))
                     continue
                 raise self._server.unavailable("write", exc) from None
-            except psycopg.Error as exc:  # a constraint, data the server cannot store
-                raise self._server.rejected("write", exc) from None
+            except (psycopg.Error, UnicodeError) as exc:  # a constraint, data the server
+                raise self._server.rejected("write", exc) from None  # cannot store (a lone
+                # surrogate fails to encode before it is sent)
