@@ -21,7 +21,7 @@ import pykka
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import HermesActorsError, StoreUnavailableError
+from hermes_actors.errors import HermesActorsError, StoreError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor, wait_settled
@@ -203,9 +203,30 @@ class Gateway:
         try:
             return self._start()
         except BaseException:
-            if self._state == "new":  # nothing runs that stop() would have to settle
-                self._release_home()
+            self._abandon_start()
             raise
+
+    def _abandon_start(self) -> None:
+        """After a failed start: stop what it started and give the home back. The events
+        submitted meanwhile are in the durable inbox: the next start replays them."""
+        with self._lock:
+            self._state = "stopped"
+        services, supervisor = self._services, self._supervisor
+        steps: list[Callable[[], Any]] = []
+        if self._router is not None:
+            steps.append(self._router.stop_all)
+        if services is not None:
+            steps += [services.notices.stop, lambda: services.cache.actor_ref.stop(timeout=10)]
+        if supervisor is not None:
+            steps.append(lambda: supervisor.actor_ref.stop(timeout=10))
+        if self._store is not None:
+            steps.append(self._store.close)
+        for step in steps:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - the start's own failure is what is raised
+                log.exception("cleaning up after a failed start")
+        self._release_home()
 
     def _start(self) -> RecoveryReport:
         new_home = not any((self.home / name).exists() for name in _STORE_FILES)
@@ -256,8 +277,10 @@ class Gateway:
         report.new_home = new_home and not previous and not self._store.statistics().sessions
         self._counted = self._supervisor.counted_keys().get()
         with self._lock:
-            events, report.resumed = plan_startup_dispatch(candidates, previous)
-            for key, event in events + self._held:
+            # what came during recovery is dispatched after the replay, and a resume note
+            # rides on a held message too (no empty wake-up then)
+            events, report.resumed = plan_startup_dispatch(candidates, previous, self._held)
+            for key, event in events:
                 self._dispatch(key, event)
             report.replayed_inbox = len(previous)
             self._held.clear()
@@ -568,11 +591,14 @@ class Gateway:
             out["outstanding"] = self._tracker.count
             out["running_turns"] = self._turns.count
             out["queue_depth_total"] = self._queued.total
-            out["cache"] = self._services.cache.statistics().get()._asdict()
-            supervisor = self._supervisor.statistics().get()._asdict()
-            supervisor.pop("last_report", None)
-            out["supervisor"] = supervisor
-            out["store"] = self.store.statistics()._asdict()
+            try:  # (stopped: the actors and the store are gone, the counters above stay)
+                out["cache"] = self._services.cache.statistics().get()._asdict()
+                supervisor = self._supervisor.statistics().get()._asdict()
+                supervisor.pop("last_report", None)
+                out["supervisor"] = supervisor
+                out["store"] = self.store.statistics()._asdict()
+            except (pykka.ActorDeadError, StoreError):
+                pass
         if self.cluster is not None:
             out["cluster"] = {"node_id": self.store.node_id,
                               **self.cluster.statistics()._asdict()}

@@ -92,18 +92,20 @@ def auto_continue_candidates(
 def plan_startup_dispatch(
     candidates: Iterable[SessionEntry],
     pending: Iterable[tuple[str, MessageEvent]],
+    held: Iterable[tuple[str, MessageEvent]] = (),
 ) -> tuple[list[tuple[str, MessageEvent]], list[str]]:
-    """Order the startup dispatch: auto-continue wake-ups first, then the inbox replay.
+    """Order the startup dispatch: auto-continue wake-ups first, then the inbox replay, then
+    the events ``held`` by the restore gate (submitted during recovery).
 
-    A resumable session that already has a human message waiting gets no empty wake-up: the
-    note rides on its first waiting message instead (§17.21). Replayed events are flagged
-    ``replayed`` so they queue behind a running turn instead of interrupting it. Returns the
-    ordered events and the resumed session keys.
+    A resumable session that already has a human message waiting (replayed or held) gets no
+    empty wake-up: the note rides on its first waiting message instead (§17.21). Replayed
+    events are flagged ``replayed`` so they queue behind a running turn instead of
+    interrupting it. Returns the ordered events and the resumed session keys.
     """
-    pending = list(pending)
+    pending, held = list(pending), list(held)
     # The note rides only on a waiting message that becomes a turn: a human message that is
     # not a command, or a /queue with a prompt (a /status would swallow it).
-    waiting = {key for key, event in pending if _becomes_turn(event)}
+    waiting = {key for key, event in pending + held if _becomes_turn(event)}
     notes: dict[str, str] = {}
     wakeups: list[tuple[str, MessageEvent]] = []
     resumed: list[str] = []
@@ -126,6 +128,11 @@ def plan_startup_dispatch(
         if note is not None:
             metadata["recovery_note"] = note
         replay.append((key, replace(event, metadata=metadata)))
+    for key, event in held:
+        note = notes.pop(key, None) if _becomes_turn(event) else None
+        if note is not None:
+            event = replace(event, metadata={**event.metadata, "recovery_note": note})
+        replay.append((key, event))
     return wakeups + replay, resumed
 
 

@@ -138,3 +138,16 @@ class TestStartupDispatch:
         assert events[0][1].text == ""
         assert "gateway shutdown" in events[0][1].metadata["recovery_note"]
         assert "gateway restart" in resume_note("restart_timeout")
+
+    def test_note_rides_on_a_held_message_which_is_not_replayed(self):
+        resumable = TestCandidates().base()
+        replayed = MessageEvent(source=SessionSource("telegram", chat_id="9"), text="old")
+        held = MessageEvent(source=SRC, text="sent during recovery")
+        events, resumed = plan_startup_dispatch(
+            [resumable], [("agent:main:telegram:dm:9", replayed)],
+            [(resumable.session_key, held)])
+        assert resumed == [resumable.session_key]
+        assert [e.text for _, e in events] == ["old", "sent during recovery"]  # no wake-up
+        assert events[1][1].metadata["recovery_note"] == resume_note("restart_interrupted")
+        assert "replayed" not in events[1][1].metadata  # it may interrupt, as it came live
+        assert events[0][1].metadata["replayed"] is True

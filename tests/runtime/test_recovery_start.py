@@ -218,3 +218,95 @@ class TestStuckLoopCountAcrossAGracefulStop:
         finally:
             gates.open_all()
             gw.stop(drain_timeout=1)
+
+
+class _Recording(EchoAgent):
+    def __init__(self, runs: list[str]) -> None:
+        super().__init__()
+        self._runs = runs
+
+    def run_turn(self, request):
+        self._runs.append(request.message)
+        return super().run_turn(request)
+
+
+class TestMessagesDuringRecovery:
+    """A message submitted while the start recovers is held by the restore gate; a resumed
+    session's note rides on it (§17.21: no empty auto-continue event then)."""
+
+    @pytest.mark.parametrize("mode", ["interrupt", "queue"])
+    def test_a_held_message_carries_the_note(self, tmp_path, monkeypatch, mode):
+        import threading
+
+        from hermes_actors import MessageEvent
+        from hermes_actors.runtime.supervisor import SupervisorActor
+
+        clock, home, runs = FakeClock(), tmp_path / "home", []
+        key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumed
+        reached, go = threading.Event(), threading.Event()
+        candidates = SupervisorActor._auto_continue_candidates
+
+        def paused(self):  # recovery waits here while the message comes
+            reached.set()
+            assert go.wait(10)
+            return candidates(self)
+
+        monkeypatch.setattr(SupervisorActor, "_auto_continue_candidates", paused)
+        gw = Gateway(home, config=load_config({"busy_input_mode": mode}, env={}),
+                     agent_factory=lambda _ctx: _Recording(runs),
+                     adapters=[InMemoryAdapter("telegram")], clock=clock)
+        reports: list = []
+        starter = threading.Thread(target=lambda: reports.append(gw.start()))
+        starter.start()
+        try:
+            assert reached.wait(10)
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="2", user_id="7"),
+                                   text="hello"))
+            go.set()
+            starter.join(10)
+            assert reports[0].resumed == [key]
+            assert gw.wait_idle(10)
+            assert len(runs) == 1, runs
+            assert runs[0].endswith("hello") and "System note" in runs[0]
+        finally:
+            go.set()
+            gw.stop(drain_timeout=5)
+
+
+class TestAFailedStart:
+    """A start that fails stops what it started: the gateway is not running, takes no
+    message, leaves no actor behind, and gives the home back."""
+
+    @pytest.mark.parametrize("where", ["recover", "pending_inbox"])
+    def test_nothing_is_left_running(self, tmp_path, monkeypatch, where):
+        import pykka
+
+        from hermes_actors import MessageEvent
+        from hermes_actors.errors import HermesActorsError
+        from hermes_actors.runtime.homelock import HomeLock
+        from hermes_actors.runtime.supervisor import SupervisorActor
+
+        def boom(*_args):
+            raise RuntimeError("the start broke")
+
+        target = SupervisorActor if where == "recover" else SessionStore
+        monkeypatch.setattr(target, where, boom)
+        before = len(pykka.ActorRegistry.get_all())
+        gw = Gateway(tmp_path / "home", config=load_config({}, env={}),
+                     adapters=[InMemoryAdapter("telegram")], clock=FakeClock())
+        with pytest.raises(RuntimeError):
+            gw.start()
+        assert not gw.running
+        with pytest.raises(HermesActorsError):
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="1"), text="hi"))
+        assert len(pykka.ActorRegistry.get_all()) == before
+        HomeLock(tmp_path / "home").acquire().release()  # the home is free again
+        gw.stop()  # (nothing to do)
+
+    def test_stats_of_a_stopped_gateway(self, tmp_path):
+        gw = Gateway(tmp_path / "home", config=load_config({}, env={}),
+                     adapters=[InMemoryAdapter("telegram")], clock=FakeClock())
+        gw.start()
+        gw.stop(drain_timeout=1)
+        stats = gw.stats()
+        assert stats["state"] == "stopped" and "cache" not in stats
