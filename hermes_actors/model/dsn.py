@@ -20,10 +20,13 @@ MASK = "***"
 
 #: A URI's scheme and user part (any scheme: a mistyped one is masked too).
 _URI = re.compile(r"^([a-z][a-z0-9+.-]*://)([^@/?#]*)@", re.IGNORECASE)
-#: ``password=...`` as a URI query parameter (up to ``&`` or ``#``).
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-#: ``password = value`` as a key/value pair: quoted (``'...'`` with ``\\'`` escapes) or bare.
-_PAIR_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
+#: ``password=...`` (or ``sslpassword=...``, the client key's) as a URI query parameter (up
+#: to ``&`` or ``#``).
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+#: ``password = value`` (or ``sslpassword``) as a key/value pair: quoted (``'...'`` with
+#: ``\\'`` escapes) or bare.
+_PAIR_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)",
+                            re.IGNORECASE)
 
 
 def is_dsn(text: str) -> bool:
@@ -41,6 +44,7 @@ def mask_dsn(dsn: str) -> str:
         user, sep, password = match.group(2).partition(":")
         masked = match.group(1) + user + sep + (MASK if password else "") + "@"
         dsn = masked + dsn[match.end():]
+    if match is not None or "://" in dsn.split("?", 1)[0]:  # a URI (with a user or not)
         return _QUERY_PASSWORD.sub(lambda m: m.group(1) + MASK, dsn)
     return _PAIR_PASSWORD.sub(lambda m: m.group(1) + MASK, dsn)
 

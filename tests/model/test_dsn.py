@@ -19,6 +19,11 @@ class TestMask:
         ("host=h password = 'p w\\'x' dbname=d", f"host=h password = {MASK} dbname=d"),
         ("postgresq://u:pw@h/db", f"postgresq://u:{MASK}@h/db"),  # a mistyped scheme too
         ("host=h dbname=d", "host=h dbname=d"),
+        # the client key's password, and a URI without a user part
+        ("host=h sslpassword=kp password=pw", f"host=h sslpassword={MASK} password={MASK}"),
+        ("postgresql://u@h/db?sslpassword=kp", f"postgresql://u@h/db?sslpassword={MASK}"),
+        ("postgresql:///db?host=/tmp&password=pw&sslmode=require",
+         f"postgresql:///db?host=/tmp&password={MASK}&sslmode=require"),
     ])
     def test_mask(self, dsn, masked):
         assert mask_dsn(dsn) == masked
