@@ -108,6 +108,27 @@ class TestPool:
         assert sorted(map(str, results)) == ["[('',)]", "[('',)]", "[(1,)]"]
 
 
+class TestKeepalives:
+    """Every connection probes its server, so one that vanishes fails a waiting call within
+    about a minute; a DSN's own setting wins."""
+
+    def test_connections_carry_the_tcp_settings(self, postgres_dsn):
+        from hermes_actors.store.backends.postgres.connection import TCP_KEEPALIVE, Server
+
+        conn = Server(postgres_dsn).connect()
+        try:
+            params = conn.info.get_parameters()
+            assert {k: params.get(k) for k in TCP_KEEPALIVE} == {
+                k: str(v) for k, v in TCP_KEEPALIVE.items()}
+        finally:
+            conn.close()
+        conn = Server(make_conninfo(postgres_dsn, keepalives_idle=5)).connect()
+        try:
+            assert conn.info.get_parameters()["keepalives_idle"] == "5"
+        finally:
+            conn.close()
+
+
 class TestRunCommand:
     """``hermes-actors run`` on an unreachable server exits 2 before serving, password
     masked (a real process: gevent patched, port bound first)."""

@@ -45,6 +45,12 @@ CONNECT_TIMEOUT = 5
 POOL_TIMEOUT = 10.0
 #: How the backend's connections show in ``pg_stat_activity`` (unless the DSN names one).
 APPLICATION_NAME = "hermes_actors"
+#: TCP settings of every connection (libpq's names; ignored on a Unix socket): a server
+#: that vanishes (its host down, a partition) is noticed within about a minute, by the
+#: keepalive probes while a call waits for an answer, or by the unacknowledged data of a
+#: call being sent, instead of the kernel's default of about two hours.
+TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                 "keepalives_count": 3, "tcp_user_timeout": 60_000}
 
 
 class Server:
@@ -71,6 +77,9 @@ class Server:
                                         "connect_timeout": CONNECT_TIMEOUT}
         if "application_name" not in options:
             self._params["application_name"] = APPLICATION_NAME
+        for name, value in TCP_KEEPALIVE.items():  # (the DSN's own settings win)
+            if name not in options:
+                self._params[name] = value
 
     def scrub(self, exc: BaseException | str) -> str:
         """A driver's message without the password (one line)."""
