@@ -39,6 +39,13 @@ class TestMessages:
         backend.apply([message("after")])
         assert [m["content"] for m in backend.load_messages(SID)] == ["before", "after"]
 
+    def test_a_nul_is_stored_and_read_back(self, opened):
+        # PostgreSQL text cannot hold a NUL: it keeps U+FFFD in its place; the message is
+        # never refused (its turn would fail)
+        opened.backend.apply([session(), message("a\x00b")])
+        expected = "a\ufffdb" if opened.kind == "postgres" else "a\x00b"
+        assert [m["content"] for m in opened.backend.load_messages(SID)] == [expected]
+
     def test_survive_a_reopen(self, opened):
         opened.backend.apply([session(), message("q")])
         assert [m["content"] for m in opened.reopen().load_messages(SID)] == ["q"]

@@ -219,6 +219,20 @@ class TestCopy:
         finally:
             pg.close()
 
+    def test_a_nul_in_a_text_is_copied_as_its_stand_in(self, capsys, tmp_path, postgres_dsn,
+                                                       open_pg):
+        # PostgreSQL text cannot hold NUL: the copy stores U+FFFD (it failed the whole copy)
+        home = tmp_path / "nul-home"
+        home.mkdir()
+        db = SessionDB(home / "state.db", writer="thread")
+        db.apply([CreateSession("20231114_221320_0000000a", "k", {"platform": "webhook"}, 1.0),
+                  AppendMessage("20231114_221320_0000000a",
+                                {"role": "user", "content": "a\x00b", "timestamp": 2.0})])
+        db.close()
+        assert main(["db", "migrate", "--home", str(home), "--to", postgres_dsn]) == 0
+        copied = open_pg().load_messages("20231114_221320_0000000a")
+        assert [m["content"] for m in copied] == ["a\ufffdb"]
+
     def test_an_empty_home_database_is_copied_too(self, capsys, home, postgres_dsn):
         SessionDB(home / "state.db", writer="thread").close()
         code, out, err = migrate(capsys, home, postgres_dsn)

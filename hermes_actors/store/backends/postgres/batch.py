@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-__all__ = ["Batch", "Later", "Result", "bind", "literal"]
+__all__ = ["NUL_STAND_IN", "Batch", "Later", "Result", "bind", "literal", "without_nul"]
 
 #: Statement texts split at their ``%s`` (``None``: bound by psycopg), by text.
 _SPLIT: dict[str, list[str] | None] = {}
@@ -53,12 +53,21 @@ class _Unbindable(Exception):
     """A value :func:`literal` has no form for (psycopg binds the statement)."""
 
 
+#: What stands in for a NUL character, which PostgreSQL text cannot hold (U+FFFD).
+NUL_STAND_IN = "\ufffd"
+
+
+def without_nul(text: str) -> str:
+    """``text`` with each NUL replaced by :data:`NUL_STAND_IN` (SQLite keeps a NUL; here a
+    message with one would be refused, and the turn that answers it fail)."""
+    return text.replace("\x00", NUL_STAND_IN) if "\x00" in text else text
+
+
 def literal(value: Any) -> str:
     """``value`` as a PostgreSQL literal; raises ``_Unbindable`` for another type."""
     kind = type(value)
     if kind is str:
-        if "\x00" in value:
-            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        value = without_nul(value)
         # An escape string: its meaning does not depend on standard_conforming_strings (a
         # pooler may reset what the writer SET), since backslashes are escaped as well.
         return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"

@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 
 from hermes_actors.errors import StoreError, UsageError
+from hermes_actors.store.backends.postgres.batch import without_nul
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.schema import (
     CANONICAL_INDEXES,
@@ -128,7 +129,7 @@ class PostgresLoad:
             with conn.cursor() as cur, cur.copy(statement) as copy:
                 for batch in batches:
                     for row in batch:
-                        copy.write_row(row)
+                        copy.write_row([without_nul(v) if type(v) is str else v for v in row])
                     written += len(batch)
                     if progress is not None and written - reported >= PROGRESS_ROWS:
                         progress(written)
