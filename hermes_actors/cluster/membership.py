@@ -134,6 +134,15 @@ class LeaseManager:
         held = self.owned().get(shard)
         return held is not None and (epoch is None or held == epoch)
 
+    def holds(self, shard: int, epoch: int) -> bool:
+        """Whether tenure ``epoch`` of ``shard`` is still in the manager's table, whatever
+        its local deadline: one that passed may yet be renewed (a renewal sent before it,
+        answered after), under the same epoch and with no new ``gained``; once the tenure
+        goes, ``lost`` follows."""
+        with self._state:
+            held = self._held.get(shard)
+            return held is not None and held.epoch == epoch
+
     def drop(self, shard: int, epoch: int) -> bool:
         """The host found ``shard``'s tenure ``epoch`` fenced (a write refused): forget it
         at once; ``lost(..., "fenced")`` follows. False when it was not held."""

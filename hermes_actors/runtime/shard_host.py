@@ -237,7 +237,7 @@ class ShardHost(ShardListener):
     def _recover_due(self) -> None:
         with self._due_lock:
             due, self._due = self._due, {}
-        due = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+        due = self._owned_now(due)
         if not due:
             return
         belongs = ShardSet(self.shards, frozenset(due))
@@ -252,7 +252,7 @@ class ShardHost(ShardListener):
             # next pass, after these (it dispatches, in arrival order, all not dispatched).
             previous = self._gateway.pending_inbox(belongs)
             with self._lock:
-                live = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+                live = self._owned_now(due)
                 previous = [(k, ev) for k, ev in previous if self.shard_of(k) in live]
                 ours = [c for c in candidates if self.shard_of(c.session_key) in live]
                 events, resumed = plan_startup_dispatch(ours, previous)
@@ -305,6 +305,20 @@ class ShardHost(ShardListener):
         return self._gateway.dispatch(key, event, refusable)
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _owned_now(self, due: dict[int, int]) -> dict[int, int]:
+        """The tenures of ``due`` owned now. One not owned at this instant but still in the
+        manager's table (its local deadline passed while its renewal was in flight) is due
+        again at the next pass: the renewal may keep it, under the same epoch and with no
+        new ``gained``, and dropped here it would be held but never served. ``lost`` takes
+        it out of the due set otherwise (it comes after the manager forgot the tenure, and
+        waits for this lock)."""
+        owned = {s: e for s, e in due.items() if self.manager.owns(s, e)}
+        with self._due_lock:
+            for shard, epoch in due.items():
+                if shard not in owned and self.manager.holds(shard, epoch):
+                    self._due.setdefault(shard, epoch)
+        return owned
 
     def _stop_serving(self, shard: int, epoch: int) -> bool:
         with self._lock:

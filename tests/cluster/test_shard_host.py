@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from hermes_actors.cluster.membership import LeaseManager
 from hermes_actors.cluster.shards import shard_of
 from hermes_actors.errors import FencedError
 from hermes_actors.model.events import MessageEvent
@@ -23,6 +24,8 @@ from hermes_actors.store.ops import (
     OutboxAppend,
     SetRoutingFlags,
 )
+from hermes_actors.testing import FakeClock
+from hermes_actors.testing.leases import MemoryLeases
 
 SHARDS = 4
 
@@ -46,6 +49,9 @@ class FakeManager:
 
     def owns(self, shard: int, epoch: int | None = None) -> bool:
         return shard in self.held and (epoch is None or self.held[shard] == epoch)
+
+    def holds(self, shard: int, epoch: int) -> bool:
+        return self.held.get(shard) == epoch
 
 
 class FakeGateway:
@@ -239,6 +245,68 @@ class TestRecoveryRetried:
         assert made.statistics().serving == 0
         made._recover_due()
         assert made.statistics().serving == 1 and len(calls) == 2
+
+
+class _SlowLeases(MemoryLeases):
+    """Lease statements that take ``delay`` seconds of ``clock`` (a slow database), running
+    ``meanwhile`` (once) while a snapshot is on its way."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.delay = 0.0
+        self.meanwhile = None
+
+    def acquire(self, *args):
+        self._clock.advance(self.delay)  # reaches the server late: its expiry is later
+        return super().acquire(*args)
+
+    def snapshot(self):
+        self._clock.advance(self.delay)
+        if self.meanwhile is not None:
+            hook, self.meanwhile = self.meanwhile, None
+            hook()
+        return super().snapshot()
+
+
+class TestLapsedDeadline:
+    """A gained shard whose local deadline passes before its recovery pass is recovered
+    once a renewal keeps it (same epoch, no new ``gained``), and forgotten once it is lost."""
+
+    def _node(self, made, clock):
+        store = _SlowLeases(clock)
+        manager = LeaseManager(store, "a", shards=SHARDS, lease_ttl=10.0, heartbeat=2.0,
+                               listener=made, monotonic=clock.monotonic)
+        made.manager = manager
+        manager.join()
+        return store, manager
+
+    def test_renewed_after_the_deadline_is_served(self):
+        clock, gw = FakeClock(), FakeGateway()
+        key = _key_in(0)
+        gw.inbox = [(key, _event("hello"))]
+        made = ShardHost(gw, threading.RLock(), SHARDS, poll_interval=60)
+        store, manager = self._node(made, clock)
+        store.delay = 3.0  # granted at t=3 (server expiry 13), local deadline 10
+        assert manager.tick().gained == (0, 1, 2, 3)
+        clock.advance(2.0)
+        store.delay, store.meanwhile = 6.0, made._recover_due  # the pass runs at t=11
+        tick = manager.tick()  # renewed at t=11, before the server's expiry
+        assert tick.renewed == 4 and tick.lost == () and gw.recovered == []
+        made._recover_due()  # the next pass
+        assert made.statistics().serving == 4 and gw.dispatched == [(key, "hello")]
+
+    def test_lost_after_the_deadline_is_not_due_again(self):
+        clock, gw = FakeClock(), FakeGateway()
+        made = ShardHost(gw, threading.RLock(), SHARDS, poll_interval=60)
+        store, manager = self._node(made, clock)
+        manager.tick()
+        clock.advance(10.0)
+        made._recover_due()  # not owned now, still held: due again
+        store.fail = True  # cut off from the database: the next round expires them
+        assert manager.tick().lost == (0, 1, 2, 3)
+        assert made._due == {}
+        made._recover_due()
+        assert gw.recovered == [] and made.statistics().serving == 0
 
 
 class TestShardRecovery:
