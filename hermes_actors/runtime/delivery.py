@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import pykka
 
+from hermes_actors._green import brief_lock
 from hermes_actors._green.actor import LightActor
 from hermes_actors.adapters.base import (
     DeliveryAwareAdapter,
@@ -292,10 +293,10 @@ class Delivery:
 
 
 class _NoticeActor(LightActor):
-    def __init__(self, delivery: Delivery, tracker: ActivityTracker) -> None:
+    def __init__(self, delivery: Delivery, finished: Callable[[str], None]) -> None:
         super().__init__()
         self._delivery = delivery
-        self._tracker = tracker
+        self._finished = finished
 
     def on_receive(self, message):
         session_key, target, text, token, consume, reason, in_reply_to = message
@@ -305,7 +306,7 @@ class _NoticeActor(LightActor):
         except Exception:  # noqa: BLE001 - one failed notice must not stop the actor
             log.exception("notice delivery failed session_key=%s", session_key)
         finally:
-            self._tracker.done()
+            self._finished(session_key)
 
 
 class NoticePool:
@@ -313,7 +314,28 @@ class NoticePool:
 
     def __init__(self, delivery: Delivery, tracker: ActivityTracker, size: int = 4) -> None:
         self._tracker = tracker
-        self._refs = [_NoticeActor.start(delivery, tracker) for _ in range(size)]
+        #: session key -> its notices queued or being sent (a handover waits for them)
+        self._sending: dict[str, int] = {}
+        self._lock = brief_lock()
+        self._refs = [_NoticeActor.start(delivery, self._finished) for _ in range(size)]
+
+    def sending(self, belongs: Callable[[str], bool]) -> int:
+        """How many notices of the sessions ``belongs`` picks are queued or being sent."""
+        with self._lock:
+            counts = list(self._sending.items())
+        return sum(n for key, n in counts if belongs(key))
+
+    def _count(self, session_key: str, n: int) -> None:
+        with self._lock:
+            left = self._sending.get(session_key, 0) + n
+            if left:
+                self._sending[session_key] = left
+            else:
+                self._sending.pop(session_key, None)
+
+    def _finished(self, session_key: str) -> None:
+        self._count(session_key, -1)
+        self._tracker.done()
 
     def send(self, session_key: str, target: SessionSource, text: str, token: str, *,
              consume: tuple[str, ...] = (), reason: str | None = None,
@@ -322,10 +344,11 @@ class NoticePool:
         are consumed in the transaction that records it; it answers ``in_reply_to``."""
         ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
         self._tracker.add()
+        self._count(session_key, 1)
         try:
             ref.tell((session_key, target, text, token, consume, reason, in_reply_to))
         except pykka.ActorDeadError:
-            self._tracker.done()
+            self._finished(session_key)
             log.warning("notice dropped after shutdown session_key=%s", session_key)
 
     def stop(self) -> None:

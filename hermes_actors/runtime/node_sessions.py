@@ -34,7 +34,7 @@ from hermes_actors.runtime.shard_host import ShardHost
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.ops import NotifyOutbox, NotifyShard
 
-__all__ = ["NodeSessions", "start_node"]
+__all__ = ["NodeSessions", "handover_timeout", "start_node"]
 
 log = logging.getLogger("hermes_actors.cluster")
 
@@ -44,6 +44,14 @@ SHARD_LOST = "shard_lost"
 _DRAIN_LOOK = 0.05
 #: Seconds interrupted turns get to end before a handover goes on without them.
 INTERRUPT_GRACE = 10.0
+#: Seconds between looks at the deliveries a handover waits for (a read of the ledger).
+_SETTLE_LOOK = 0.2
+
+
+def handover_timeout(config: Any) -> float:
+    """The longest a handover waits for its shard's wind-down: the drain's
+    ``restart_drain_timeout``, then :data:`INTERRUPT_GRACE`, plus ``lease_ttl``."""
+    return config.restart_drain_timeout + INTERRUPT_GRACE + config.cluster.lease_ttl
 
 
 def start_node(gateway: Any, lock: Any) -> ShardHost:
@@ -83,7 +91,7 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
         PgLeases.open(dsn), store.node_id, cluster, listener=host,
         monotonic=gateway.clock.monotonic,
         # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
-        handover_timeout=config.restart_drain_timeout + INTERRUPT_GRACE + cluster.lease_ttl,
+        handover_timeout=handover_timeout(config),
         adapters=pulls.adapters, adapter_listener=pulls)
     pulls.bind(manager.adapter_time_left)
     gateway.pull_adapters = pulls
@@ -177,6 +185,30 @@ class NodeSessions:
                       if router.ask(key, DrainResult()) != "completed"]
         if unfinished and gw.store.outage is None:
             gw._supervisor.drain_finished(unfinished, "restart_timeout").get()
+
+    def settle_deliveries(self, belongs: Callable[[str], bool], started: float) -> bool:
+        """Wait until no delivery of these sessions is in flight on this node: no notice
+        queued or being sent, no ledger row this boot is attempting (a rate-limit wait
+        holds one up to ``MAX_RETRY_WAIT``); at most until :func:`handover_timeout` after
+        ``started`` (``time.monotonic()``). True when none is. The new owner's ledger
+        sweep would send such a row again, prefixed: the user would have it twice."""
+        deadline = started + handover_timeout(self._gw.config)
+        while self._sending(belongs):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_SETTLE_LOOK)
+        return True
+
+    def _sending(self, belongs: Callable[[str], bool]) -> bool:
+        gw = self._gw
+        if gw._live_services.notices.sending(belongs):
+            return True
+        if gw.outage.is_set():  # no read in an outage (``_usable``)
+            return False
+        owner = tuple(gw.store.ledger_owner)
+        return any((row["owner_node"], row["owner_boot"]) == owner
+                   and belongs(row["session_key"])
+                   for row in gw.store.ledger_rows("attempting"))
 
     def _wait(self, keys: list[str], deadline: float) -> list[str]:
         """Wait until none of ``keys`` runs a turn or ``deadline`` passes; those still

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -69,6 +70,10 @@ class ShardGateway(Protocol):
     def drain_sessions(self, belongs: KeyFilter) -> None:
         """Let those sessions' running turns end (mark the rest for resumption)."""
 
+    def settle_deliveries(self, belongs: KeyFilter, started: float) -> bool:
+        """Let those sessions' deliveries in flight end (bounded from ``started``, a
+        ``time.monotonic()``); True when none is left."""
+
 
 class ShardStatistics(NamedTuple):
     """A snapshot of a cluster node's shards."""
@@ -85,6 +90,8 @@ class ShardStatistics(NamedTuple):
     dispatched: int
     #: Passes started by a notice of new inbox rows (``LISTEN``) rather than the poll.
     woken: int = 0
+    #: Shards handed over whose wind-down waits for their deliveries in flight now.
+    settling: int = 0
 
 
 class ShardHost(ShardListener):
@@ -114,7 +121,7 @@ class ShardHost(ShardListener):
         self._worker_done = threading.Event()
         self._changed = threading.Condition()
         self._gained = self._lost = self._handovers = self._dispatch_count = 0
-        self._woken = 0
+        self._woken = self._settling = 0
 
     # -- what the gateway asks ------------------------------------------------------------
 
@@ -173,7 +180,8 @@ class ShardHost(ShardListener):
     def statistics(self) -> ShardStatistics:
         """A snapshot record."""
         return ShardStatistics(len(self._serving), self._gained, self._lost,
-                               self._handovers, self._dispatch_count, self._woken)
+                               self._handovers, self._dispatch_count, self._woken,
+                               self._settling)
 
     # -- the listener (on the manager's greenlet: hand on, never block) -------------------
 
@@ -200,11 +208,15 @@ class ShardHost(ShardListener):
 
     def handover(self, shard: int, epoch: int, done: Callable[[], None]) -> None:
         def wind_down() -> None:
+            started = time.monotonic()
             try:
                 self._stop_serving(shard, epoch)
                 belongs = self._one(shard)
                 self._gateway.drain_sessions(belongs)
                 self._gateway.stop_sessions(belongs)
+                # a notice or reply still being sent here would be sent again, prefixed,
+                # by the new owner's ledger sweep: the lease goes once they are settled
+                self._settle(shard, started)
                 self._handovers += 1
                 log.info("event=cluster_handover shard=%d epoch=%d", shard, epoch)
             except Exception:  # noqa: BLE001 - the lease is released all the same
@@ -333,6 +345,16 @@ class ShardHost(ShardListener):
         """Under the lock: listen for the inbox rows of the shards served now."""
         if self.notices is not None:
             self.notices.want(self._serving)
+
+    def _settle(self, shard: int, started: float) -> None:
+        self._settling += 1
+        self._notify()
+        try:
+            if not self._gateway.settle_deliveries(self._one(shard), started):
+                log.warning("event=cluster_handover_unsettled shard=%d: deliveries still in "
+                            "flight, the new owner sends them again", shard)
+        finally:
+            self._settling -= 1
 
     def _one(self, shard: int) -> ShardSet:
         return ShardSet(self.shards, frozenset((shard,)))

@@ -3,8 +3,11 @@ server are also marked ``postgres``, in their modules)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from hermes_actors import InMemoryAdapter
 from hermes_actors.testing import FakeClock
 from hermes_actors.testing.leases import MemoryLeases
 
@@ -41,3 +44,21 @@ def pg_leases(postgres_dsn):
     yield make
     for leases in opened:
         leases.close()
+
+
+class SlowFirstAnswer(InMemoryAdapter):
+    """The first send of a ``/help`` answer blocks until ``release`` is set (a platform's
+    rate-limit wait, up to 30 s)."""
+
+    def __init__(self) -> None:
+        super().__init__("telegram")
+        self.entered, self.release = threading.Event(), threading.Event()
+        self._first = True
+
+    def send(self, target, text):
+        if self._first and "/help" in text:
+            self._first = False
+            self.entered.set()
+            assert self.release.wait(60)
+        return super().send(target, text)
+

@@ -10,6 +10,8 @@ from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource,
 from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.store.ops import AcceptEvent, FenceShard, SetRoutingFlags
 
+from .conftest import SlowFirstAnswer
+
 pytestmark = pytest.mark.postgres
 
 SHARDS = 4
@@ -419,3 +421,40 @@ def _wait_until(check, what: str, timeout: float = 30.0) -> None:
     while not check():
         assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
         time.sleep(0.05)
+
+
+class TestHandoverDeliveries:
+    """A handover waits for the shard's deliveries in flight: a notice the old owner is
+    sending when the shard goes is sent once, not again by the new owner's ledger sweep."""
+
+    def test_a_notice_being_sent_is_sent_once(self, postgres_dsn, tmp_path):
+        adapter = SlowFirstAnswer()
+        gateways: list[Gateway] = []
+        try:
+            a = Gateway(tmp_path / "a", _config(postgres_dsn), adapters=[adapter])
+            a.start()
+            gateways.append(a)
+            assert a.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            # a chat in one of the shards the second node takes (the highest)
+            source = next(s for s in (SessionSource("telegram", chat_id=str(c), user_id="u")
+                                      for c in range(200))
+                          if a.cluster.shard_of(a.store.session_key_for(s)) == SHARDS - 1)
+            key = a.store.session_key_for(source)
+            a.submit(MessageEvent(source=source, text="/help"))
+            assert adapter.entered.wait(30)  # A's notice actor is sending the answer
+            b = Gateway(tmp_path / "b", _config(postgres_dsn), adapters=[adapter])
+            b.start()
+            gateways.append(b)
+            # the other shard is handed over; the chat's waits for the send
+            assert a.cluster.wait_for(lambda s: s.handovers == 1 and s.settling == 1,
+                                      timeout=30), a.cluster.statistics()
+            assert not b.cluster.serves(key) and adapter.texts() == []
+            adapter.release.set()
+            assert b.cluster.wait_for(lambda s: s.serving == SHARDS // 2, timeout=30)
+            assert b.cluster.serves(key)  # recovered: B's ledger sweep has run
+            [answer] = adapter.texts(source.chat_id)
+            assert answer.startswith("/new") and a.cluster.statistics().settling == 0
+        finally:
+            adapter.release.set()
+            for gw in gateways:
+                gw.stop(drain_timeout=5)

@@ -4,6 +4,7 @@ order, once; what a lost shard stops; and ``ShardFence``'s choice of what to fen
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -26,6 +27,8 @@ from hermes_actors.store.ops import (
 )
 from hermes_actors.testing import FakeClock
 from hermes_actors.testing.leases import MemoryLeases
+
+from .conftest import SlowFirstAnswer
 
 SHARDS = 4
 
@@ -84,6 +87,9 @@ class FakeGateway:
 
     def drain_sessions(self, belongs):
         pass
+
+    def settle_deliveries(self, belongs, started):
+        return True
 
 
 @pytest.fixture
@@ -184,6 +190,26 @@ class TestLosing:
         made.lost(1, 1, "fenced")
         made._recover_due()
         assert made.statistics().serving == 0 and gw.recovered == []
+
+
+class TestHandover:
+    """A handover reports ``done`` (the lease may go) once the shard's deliveries in flight
+    have settled, after its sessions were drained and stopped."""
+
+    def test_done_waits_for_the_deliveries(self, host):
+        made, gw, manager = host
+        a = _key_in(1)
+        gw.inbox = [(a, _event("1"))]
+        _gain(made, manager, 1)
+        settled, done = threading.Event(), threading.Event()
+        gw.settle_deliveries = lambda belongs, started: settled.wait(10)
+        made.handover(1, 1, done.set)
+        assert made.wait_for(lambda s: s.settling == 1, timeout=10)
+        assert gw.stopped == [a] and not done.is_set()
+        settled.set()
+        assert done.wait(10)
+        stats = made.statistics()
+        assert stats.handovers == 1 and stats.settling == 0 and stats.serving == 0
 
 
 class TestFence:
@@ -341,6 +367,47 @@ class TestShardRecovery:
             assert report.suspended == [keys[0]]
             assert gw.store.get(keys[0]).suspended and not gw.store.get(keys[1]).suspended
         finally:
+            gw.stop()
+
+
+class TestSettleDeliveries:
+    """What a handover waits for before its lease goes: the notices of the shard's sessions
+    queued or being sent here, and the ledger rows this boot is attempting for them."""
+
+    def test_a_notice_being_sent_and_a_row_attempted_here(self, tmp_path):
+        from hermes_actors import Gateway
+        from hermes_actors.runtime.node_sessions import NodeSessions, handover_timeout
+
+        adapter = SlowFirstAnswer()
+        gw = Gateway(tmp_path / "home", adapters=[adapter])
+        gw.start()
+        try:
+            sessions = NodeSessions(gw)
+            lapsed = time.monotonic() - handover_timeout(gw.config)  # no waiting: it says
+            event = MessageEvent(source=SessionSource("telegram", chat_id="1"), text="/help")
+            key = gw.store.session_key_for(event.source)
+            mine, others = (lambda k: k == key), (lambda k: k != key)
+            gw.submit(event)
+            assert adapter.entered.wait(30)
+            assert gw._live_services.notices.sending(mine) == 1
+            assert not sessions.settle_deliveries(mine, lapsed)
+            assert sessions.settle_deliveries(others, lapsed)
+            adapter.release.set()
+            assert gw.wait_idle(30)
+            assert sessions.settle_deliveries(mine, lapsed)
+            assert gw._live_services.notices.sending(mine) == 0
+            # a reply this boot claimed (in a rate-limit wait, say) holds the handover too;
+            # a pending row is the new owner's to send
+            oid = gw.store.ledger_record(session_key=key, platform="telegram", chat_id="1",
+                                         thread_id=None, content="late", kind="reply",
+                                         token="t")
+            assert sessions.settle_deliveries(mine, lapsed)
+            assert gw.store.ledger_claim(oid)
+            assert not sessions.settle_deliveries(mine, lapsed)
+            gw.store.ledger_finish(oid, "delivered")
+            assert sessions.settle_deliveries(mine, lapsed)
+        finally:
+            adapter.release.set()
             gw.stop()
 
 
