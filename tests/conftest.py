@@ -50,6 +50,12 @@ class Harness:
     def key(self, chat_id: str = "42") -> str:
         return f"agent:main:telegram:dm:{chat_id}"
 
+    def handled(self, chat_id: str = "42") -> None:
+        """Return once the session's actor has handled every message sent to it so far (an
+        ask queued behind them in its mailbox): a command sent before a gate opens is then
+        carried out before the held turn can end."""
+        self.gw.session_statistics(self.key(chat_id))
+
     def texts(self) -> list[str]:
         return self.adapter.texts()
 

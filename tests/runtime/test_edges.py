@@ -284,6 +284,7 @@ class TestEffectFailures:
         follow = h.send("follow")
         h.send("/new")
         assert failed.wait(10)
+        h.handled()
         h.gates.open("g")
         h.send("after")
         assert h.gw.wait_idle(timeout=10), "the failed drop left the session busy"

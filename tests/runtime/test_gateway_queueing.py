@@ -31,6 +31,7 @@ class TestQueueCommand:
         h.hold("g")
         for i in range(10):
             h.send(f"/queue item {i}")
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g"] + [f"item {i}" for i in range(10)]
@@ -57,6 +58,7 @@ class TestQueueCommand:
         h.hold("g")
         for i in range(3):
             h.send(f"/queue {i}")
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert QUEUE_FULL.format(2) in h.texts()
@@ -72,6 +74,7 @@ class TestInterruptMode:
         h.send("first")
         h.send("second")
         h.send("third")
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "first\nsecond\nthird"]
@@ -83,6 +86,7 @@ class TestInterruptMode:
         h.hold("g")
         h.send("/queue q1")
         h.send("follow")
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "follow", "q1"]
@@ -118,6 +122,7 @@ class TestQueueMode:
         h.hold("g")
         for i in range(4):
             h.send(f"m{i}")
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "m0", "m1", "m2"]
@@ -152,6 +157,7 @@ class TestStop:
         h.send("/queue q2")
         h.send("follow")
         h.send("/stop")
+        h.handled()  # (the command reaches the actor before the turn can end)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "q1", "q2"]
@@ -162,6 +168,7 @@ class TestStop:
         h.hold("g")
         for text in ("m1", "m2", "/stop", "m3"):
             h.send(text)
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "m2", "m3"]
@@ -171,6 +178,7 @@ class TestStop:
         h.hold("g")
         for text in ("/queue q1", "follow", "/queue q2", "/stop", "/queue q3"):
             h.send(text)
+        h.handled()  # (the messages reach the actor before the turn ends)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "q1", "q2", "q3"]
@@ -181,6 +189,7 @@ class TestStop:
         h.send("follow")
         h.wake("wake-up")
         h.send("/stop")
+        h.handled()  # (the command reaches the actor before the turn can end)
         h.gates.open("g")
         h.idle()
         assert h.seen() == ["hold g", "wake-up"]
@@ -199,6 +208,7 @@ class TestNew:
         h.send("/queue q1")
         h.wake("wake-up")
         h.send("/new")
+        h.handled()  # (the command reaches the actor before the turn can end)
         h.gates.open("g")
         h.idle()
         entry = h.gw.store.get(h.key())
@@ -228,6 +238,7 @@ class TestNew:
         h.hold("g")
         h.send("/queue q1")
         h.send("/new")
+        h.handled()  # (the command reaches the actor before the turn can end)
         h.gates.open("g")
         h.idle()
         assert h.gw.store.pending_inbox() == []
