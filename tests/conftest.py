@@ -3,6 +3,7 @@ scripted agent, an in-memory adapter and a fake clock (and fake memory probe).""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import pykka
@@ -49,6 +50,20 @@ class Harness:
 
     def key(self, chat_id: str = "42") -> str:
         return f"agent:main:telegram:dm:{chat_id}"
+
+    def slow_send(self, text: str) -> tuple[threading.Event, threading.Event]:
+        """Make the adapter's send of ``text`` wait: ``(sending, release)``, set once that
+        send began, and the event that lets it go on."""
+        sending, release, real_send = threading.Event(), threading.Event(), self.adapter.send
+
+        def send(target, sent_text):
+            if sent_text == text:
+                sending.set()
+                assert release.wait(10)
+            return real_send(target, sent_text)
+
+        self.adapter.send = send
+        return sending, release
 
     def handled(self, chat_id: str = "42") -> None:
         """Return once the session's actor has handled every message sent to it so far (an

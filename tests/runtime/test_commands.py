@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from hermes_actors.model.commands import COMMANDS, REGISTRY, help_text, parse_command
@@ -122,19 +120,11 @@ class TestNewSaysWhatItCut:
 
     def test_a_turn_whose_answer_is_recorded_is_not_cut(self, make_harness):
         h = make_harness()
-        sending, release, real_send = threading.Event(), threading.Event(), h.adapter.send
-
-        def send(target, text):
-            if text == "echo: hi":  # recorded and the marker cleared; the send is slow
-                sending.set()
-                assert release.wait(10)
-            return real_send(target, text)
-
-        h.adapter.send = send
+        sending, release = h.slow_send("echo: hi")  # recorded, the marker cleared; slow send
         h.send("hi")
         assert sending.wait(10)
         h.send("/new")
-        h.gw.session_statistics(h.key())  # asked behind /new: answered once it was handled
+        h.handled()
         release.set()
         h.idle()
         assert h.texts() == ["echo: hi", NEW_SESSION]

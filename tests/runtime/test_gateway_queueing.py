@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from hermes_actors.runtime.session_actor import (
@@ -93,15 +91,7 @@ class TestInterruptMode:
 
     def test_followup_after_the_answer_is_recorded_is_not_acked(self, make_harness):
         h = make_harness()
-        sending, release, real_send = threading.Event(), threading.Event(), h.adapter.send
-
-        def send(target, text):
-            if text == "echo: hi":  # recorded and the marker cleared; the send is slow
-                sending.set()
-                assert release.wait(10)
-            return real_send(target, text)
-
-        h.adapter.send = send
+        sending, release = h.slow_send("echo: hi")  # recorded, the marker cleared; slow send
         h.send("hi")
         assert sending.wait(10)
         assert h.gw.store.get(h.key()).active_turn_token is None
