@@ -76,9 +76,8 @@ class TestLiterals:
                     row = conn.execute(f"SELECT ({text})::text", ()).fetchone()
                     assert row == (value,), (setting, value, text)
 
-    def test_nul_is_refused_and_other_types_are_left_to_psycopg(self):
-        with pytest.raises(psycopg.DataError):
-            literal("a\x00b")
+    def test_nul_becomes_its_stand_in_and_other_types_are_left_to_psycopg(self):
+        assert literal("a\x00b") == "E'a\ufffdb'"  # PostgreSQL text cannot hold a NUL
         assert bind("SELECT %s", (b"bytes",)) is None
         assert bind("SELECT %(x)s", ()) is None
         assert bind("SELECT %s, %s", ("it's", None)) == "SELECT E'it''s', NULL"
