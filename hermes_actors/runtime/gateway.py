@@ -60,6 +60,8 @@ log = logging.getLogger("hermes_actors.gateway")
 #: What a home that was ever used holds (``state.db``, or the ``sessions`` folder of a
 #: degraded store); a home with neither starts for the first time.
 _STORE_FILES = ("state.db", "sessions")
+#: Seconds a stop waits for the ``/new`` resets under way.
+_RESET_WAIT = 10.0
 #: Seconds ``admit`` waits for the session actor's answer (a mailbox round trip).
 _ANSWER_TIMEOUT = 30.0
 #: How long a stop waits for the delegations it stopped to report back (§8).
@@ -132,6 +134,7 @@ class Gateway:
         self._router: SessionRouter | None = None
         self._tracker = ActivityTracker()
         self._turns = ActivityTracker()
+        self._resets = ActivityTracker()
         self._supervisor: Any = None
         self._watcher: Watcher | None = None
         self._counted: frozenset[str] = frozenset()
@@ -261,6 +264,7 @@ class Gateway:
             stopping=self._stopping,
             turn_counters=self.turn_counters,
             queued=self._queued,
+            resets=self._resets,
         )
         self._supervisor = SupervisorActor.start(
             self._store, self.config, self.clock, delivery
@@ -387,6 +391,10 @@ class Gateway:
             interrupted = [k for k in self._running_keys()
                            if router.ask(k, InterruptTurn(reason))]
             self._turns.wait_idle(10.0)
+        # A /new whose reset is under way is answered (and its inbox row consumed) before
+        # the actors stop; cut off, it would reset the session again at the next start.
+        if not self._resets.wait_idle(_RESET_WAIT):
+            log.warning("stopping with a /new still resetting its session")
         # Only turns that did not complete after all are resumed next start.
         unfinished = [k for k in interrupted if router.ask(k, DrainResult()) != "completed"]
         if self.store.outage is not None:

@@ -56,3 +56,6 @@ class Services:
     turn_counters: TurnCounters = field(default_factory=TurnCounters)
     #: Events queued in live sessions, over all of them.
     queued: QueueGauge = field(default_factory=QueueGauge)
+    #: Counts ``/new`` resets from their start until their actor handled their end (the
+    #: drain waits on it: a reset cut off by the stop would replay its ``/new``).
+    resets: ActivityTracker = field(default_factory=ActivityTracker)

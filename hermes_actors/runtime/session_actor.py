@@ -143,6 +143,8 @@ class SessionActor(LightActor):
             except Exception:  # noqa: BLE001 - logged; the other effects still run
                 log.exception("effect %s failed session_key=%s", type(effect).__name__,
                               self.session_key)
+        if type(message) is ResetDone:  # its answer is with the notices now
+            self._s.resets.done()
         if isinstance(message, IdleCheck):
             return bool(retired)
         return reaction.answer
@@ -183,6 +185,7 @@ class SessionActor(LightActor):
         self._s.delegations.cancel(self.session_key)
 
     def _on_reset_session(self, effect: ResetSession) -> None:
+        self._s.resets.add()  # until this actor handled its ResetDone
         self._in_worker(lambda: self._reset(effect), "reset")
 
     def _on_answer_status(self, effect: AnswerStatus) -> None:
@@ -261,6 +264,7 @@ class SessionActor(LightActor):
         try:
             self.actor_ref.tell(ResetDone(effect.event, effect.cut, error))
         except pykka.ActorDeadError:
+            self._s.resets.done()
             log.warning("reset finished after its actor stopped key=%s", self.session_key)
 
     def _answer_status(self, effect: AnswerStatus) -> None:

@@ -128,3 +128,40 @@ class TestNewSaysWhatItCut:
         release.set()
         h.idle()
         assert h.texts() == ["echo: hi", NEW_SESSION]
+
+
+class TestNewAtTheStop:
+    """A /new whose reset is under way when the gateway stops is answered before the actors
+    stop, and its inbox row is consumed: the next start does not reset the session again."""
+
+    def test_answered_not_replayed(self, make_harness):
+        import threading
+
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        store, entered, go = h.gw.store, threading.Event(), threading.Event()
+        reset = store.reset_session
+
+        def slow_reset(*args, **kwargs):
+            entered.set()
+            assert go.wait(10)
+            return reset(*args, **kwargs)
+
+        store.reset_session = slow_reset
+        h.send("/new")
+        assert entered.wait(10)
+        stopper = threading.Thread(target=lambda: h.gw.stop(drain_timeout=5))
+        stopper.start()
+        pause = threading.Event()
+        for _ in range(1000):  # the stop has begun (it drains now)
+            if h.gw.stats()["state"] != "running":
+                break
+            pause.wait(0.01)
+        go.set()
+        stopper.join(30)
+        assert h.texts() == ["echo: hi", NEW_SESSION]
+        again = make_harness(home=h.gw.home)
+        again.idle()
+        assert again.gw.store.pending_inbox() == []
+        assert again.texts() == []  # no second "new session"
