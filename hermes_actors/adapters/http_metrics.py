@@ -200,8 +200,9 @@ class _GatewayCollector(Collector):
     def _supervisor(self, supervisor: dict[str, Any]) -> Iterator[Metric]:
         for key, doc in _SUPERVISOR_FIELDS:
             value = _number(supervisor.get(key))
-            if value is not None:
-                yield GaugeMetricFamily(f"hermes_supervisor_{key}", doc, value=value)
+            if value is not None:  # counted_sessions goes up and down; the rest only up
+                family = GaugeMetricFamily if key == "counted_sessions" else CounterMetricFamily
+                yield family(f"hermes_supervisor_{key}", doc, value=value)
 
     def _recovery(self) -> Iterator[Metric]:
         report = self._report()

@@ -64,6 +64,16 @@ class TestTurnsAndMessages:
             assert _value(text, f'hermes_messages_refused_total{{reason="{reason}"}}') == 0
 
 
+class TestSupervisorFamilies:
+    def test_counts_since_start_are_counters_the_live_count_a_gauge(self, make_harness):
+        text = _scrape(make_harness().gw)
+        for name in ("suspensions", "redelivered", "drain_timeouts"):
+            assert f"# TYPE hermes_supervisor_{name}_total counter" in text
+            assert _value(text, f"hermes_supervisor_{name}_total") == 0
+        assert "# TYPE hermes_supervisor_counted_sessions gauge" in text
+        assert _value(text, "hermes_supervisor_counted_sessions") == 0
+
+
 class TestScrapeCost:
     """A scrape asks no session actor: it reads running totals, whatever the live count."""
 
