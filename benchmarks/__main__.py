@@ -71,6 +71,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(_NAMES)}")
     if args.repeat is not None and args.repeat < 1:
         p.error("--repeat must be at least 1")
+    if args.json:  # checked now: a run of many minutes must not end in a traceback
+        folder = Path(args.json).resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            p.error(f"--json: cannot write a file in {str(folder)!r} (no such folder, or "
+                    "not writable)")
     return args
 
 
@@ -216,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     report["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            print(f"python -m benchmarks: error: cannot write {args.json}: {exc}",
+                  file=sys.stderr)
+            return 1
     failed = [n for n, r in report["scenarios"].items() if not r["ok"]]
     missed = [f"{n}: {f['label']}" for n, r in report["scenarios"].items()
               for f in r["figures"] if f["status"] == "MISS"]

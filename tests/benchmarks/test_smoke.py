@@ -92,3 +92,15 @@ class TestQuickRun:
         assert asks > 0 and figs["raw_asks"]["unit"] == "asks/s"
         gateway = figs["large_cpu_gateway"]["value"]
         assert figs["large_in_asks"]["value"] == pytest.approx(gateway * asks / 1e6)
+
+
+class TestBadArguments:
+    def test_a_json_file_that_cannot_be_written_is_refused_before_any_run(self, tmp_path):
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--quick", "--json",
+             str(tmp_path / "no-such-folder" / "x.json"), "fifo"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == 2
+        assert "--json: cannot write a file in" in proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr and "machine:" not in proc.stdout
