@@ -223,16 +223,20 @@ class TestTranscriptTail:
         assert [m["content"] for m in body["transcript_tail"]] == ["echo: hello"]
 
 
+@pytest.fixture
+def slow_gateway(start_gateway, tmp_path):
+    """A gateway whose connections wait at most 0.5 s for a body (http.body_timeout)."""
+    home = tmp_path / "slow"
+    home.mkdir()
+    (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
+    return start_gateway(home=home)
+
+
 class TestSlowClients:
     """A slow-loris body gets 408 after http.body_timeout and never stalls other requests."""
 
-    def test_slow_body_times_out_while_others_are_served(self, start_gateway, tmp_path):
-        import socket
-
-        home = tmp_path / "slow"
-        home.mkdir()
-        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
-        gw = start_gateway(home=home)
+    def test_slow_body_times_out_while_others_are_served(self, slow_gateway):
+        gw = slow_gateway
         slow = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
         slow.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      b"application/json\r\nContent-Length: 100\r\n\r\n{\"chat_id\"")
@@ -250,24 +254,16 @@ class TestSlowClients:
         assert head.startswith("HTTP/1.1 408"), head
         assert "not received within 0.5 s" in head
 
-    def test_a_timed_out_body_closes_the_connection(self, start_gateway, tmp_path):
-        home = tmp_path / "slow-close"
-        home.mkdir()
-        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
-        gw = start_gateway(home=home)
-        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as slow:
+    def test_a_timed_out_body_closes_the_connection(self, slow_gateway):
+        with socket.create_connection(("127.0.0.1", slow_gateway.port), timeout=30) as slow:
             slow.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
                          b"Content-Length: 50\r\n\r\n{")
             answer = slow.makefile("rb").read()  # returns once the server hangs up
         head = answer.partition(b"\r\n\r\n")[0]
         assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
 
-    def test_a_half_sent_request_head_is_cut_off(self, start_gateway, tmp_path):
-        home = tmp_path / "slow-head"
-        home.mkdir()
-        (home / "config.yaml").write_text("http:\n  body_timeout: 0.5\n")
-        gw = start_gateway(home=home)
-        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as slow:
+    def test_a_half_sent_request_head_is_cut_off(self, slow_gateway):
+        with socket.create_connection(("127.0.0.1", slow_gateway.port), timeout=30) as slow:
             slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             answer = slow.makefile("rb").read()  # returns once the server hangs up (the
             # client's own timeout is 30 s)

@@ -220,16 +220,6 @@ class TestStuckLoopCountAcrossAGracefulStop:
             gw.stop(drain_timeout=1)
 
 
-class _Recording(EchoAgent):
-    def __init__(self, runs: list[str]) -> None:
-        super().__init__()
-        self._runs = runs
-
-    def run_turn(self, request):
-        self._runs.append(request.message)
-        return super().run_turn(request)
-
-
 class TestMessagesDuringRecovery:
     """A message submitted while the start recovers is held by the restore gate; a resumed
     session's note rides on it (§17.21: no empty auto-continue event then)."""
@@ -253,7 +243,7 @@ class TestMessagesDuringRecovery:
 
         monkeypatch.setattr(SupervisorActor, "_auto_continue_candidates", paused)
         gw = Gateway(home, config=load_config({"busy_input_mode": mode}, env={}),
-                     agent_factory=lambda _ctx: _Recording(runs),
+                     agent_factory=lambda _ctx: _CountingAgent(runs),
                      adapters=[InMemoryAdapter("telegram")], clock=clock)
         reports: list = []
         starter = threading.Thread(target=lambda: reports.append(gw.start()))
