@@ -52,8 +52,10 @@ from hermes_actors.errors import (
     StoreUnreachableError,
 )
 from hermes_actors.model.entry import SessionEntry, validate_session_id
+from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
+from hermes_actors.store.backends.files.journal import IMPORTED_JOURNAL, SessionJournal
 from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
@@ -69,6 +71,7 @@ from hermes_actors.store.ops import (
     AppendMessage,
     CreateSession,
     DeleteRouting,
+    NodeValue,
     Op,
     OutboxAppend,
     PutRouting,
@@ -514,6 +517,7 @@ class StoreCore:
             self.commit([self.create_op(e) for e in restored], put=restored, whole=True)
         if self.degraded:  # the restore failed over
             return
+        self._import_session_journal()
         self._import_jsonl_transcripts()
         if mirror_wins:
             self._retire_degraded_mirror()
@@ -535,6 +539,22 @@ class StoreCore:
         except OSError as exc:
             log.warning("the imported degraded-mode %s could not be retired (%s): the next "
                         "start compares it with the database again", MIRROR_NAME, exc)
+
+    def _import_session_journal(self) -> None:
+        """Apply the ``sessions`` changes degraded mode journaled, once (see
+        :mod:`~hermes_actors.store.backends.files.journal`)."""
+        journal = SessionJournal(self.sessions_dir)
+        try:
+            name, ops = journal.read()
+            if name is None:
+                return
+            marker = to_json(name)
+            if self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL) != marker:
+                self.backend.apply([*ops, NodeValue(self.node_id, IMPORTED_JOURNAL, marker)])
+            journal.retire()
+            log.warning("imported %d session changes from %s", len(ops), journal.path)
+        except (StoreError, OSError) as exc:
+            log.warning("cannot import %s: %s", journal.path, exc)
 
     def _import_jsonl_transcripts(self) -> None:
         """Move transcripts written in degraded mode into the database (idempotent)."""

@@ -303,7 +303,7 @@ class NotifyOutbox:
 @dataclass
 class NodeValue:
     """Set (``value``: JSON text) or, with ``None``, delete one named value of a node's state:
-    ``clean_shutdown``, ``restart_counts``, ``restart_storm``."""
+    ``clean_shutdown``, ``restart_counts``, ``restart_storm``, ``imported_journal``."""
 
     node_id: str
     name: str

@@ -40,7 +40,7 @@ OUTBOX_COLUMNS = (
     "in_reply_to",
 )  # fmt: skip
 #: The named values of a node's state (:class:`~hermes_actors.store.ops.NodeValue`).
-NODE_VALUES = ("clean_shutdown", "restart_counts", "restart_storm")
+NODE_VALUES = ("clean_shutdown", "restart_counts", "restart_storm", "imported_journal")
 
 
 @runtime_checkable

@@ -239,6 +239,69 @@ class TestBackFromDegradedMode:
         assert healed.get(other.session_key).session_id == other.session_id  # imported
 
 
+class TestSessionRowsAcrossDegradedMode:
+    """What degraded mode changes in the ``sessions`` table (a session's end and reason, its
+    successor, token counts) reaches the database at the next start, once."""
+
+    @staticmethod
+    def _sessions(store) -> dict[str, dict]:
+        return {row["id"]: row for row in store.db.rows("sessions")}
+
+    def _degraded_run(self, make_store, home):
+        store = make_store()
+        old = store.get_or_create_session(dm())
+        store.update_session(old.session_key, input_tokens=3, output_tokens=4)
+        store.close()
+        (home / "state.db").rename(home / "state.db.away")
+        _break_as_directory(home)
+        degraded = make_store()
+        assert degraded.degraded
+        degraded.update_session(old.session_key, 17, input_tokens=10, output_tokens=20)
+        new = degraded.reset_session(old.session_key)  # /new in degraded mode
+        degraded.update_session(new.session_key, input_tokens=1, output_tokens=2)
+        degraded.close()
+        (home / "state.db").rmdir()
+        (home / "state.db.away").rename(home / "state.db")
+        return old, new
+
+    def test_ends_successors_and_tokens_reach_the_database(self, make_store, home):
+        old, new = self._degraded_run(make_store, home)
+        rows = self._sessions(make_store())
+        assert rows[old.session_id]["end_reason"] == "session_reset"
+        assert rows[old.session_id]["ended_at"] is not None
+        assert (rows[old.session_id]["input_tokens"], rows[old.session_id]["output_tokens"],
+                rows[old.session_id]["last_prompt_tokens"]) == (13, 24, 17)
+        assert rows[new.session_id]["parent_session_id"] == old.session_id
+        assert (rows[new.session_id]["input_tokens"],
+                rows[new.session_id]["output_tokens"]) == (1, 2)
+        assert not (home / "sessions" / "sessions.journal").exists()
+
+    def test_a_crash_before_the_journal_is_set_aside_adds_no_tokens_twice(self, make_store,
+                                                                          home):
+        old, _ = self._degraded_run(make_store, home)
+        journal = home / "sessions" / "sessions.journal"
+        kept = journal.read_bytes()
+        make_store().close()  # applies the journal, then sets it aside
+        journal.write_bytes(kept)  # as if the process died before the rename
+        row = self._sessions(make_store())[old.session_id]
+        assert (row["input_tokens"], row["output_tokens"]) == (13, 24)
+        assert not journal.exists()
+
+    def test_a_journal_torn_in_its_first_write_is_set_aside(self, make_store, home):
+        journal = home / "sessions" / "sessions.journal"
+        journal.parent.mkdir(parents=True)
+        journal.write_bytes(b'{"jour')  # a crash tore the first write
+        _break_as_directory(home)
+        degraded = make_store()
+        entry = degraded.get_or_create_session(dm())
+        degraded.update_session(entry.session_key, input_tokens=5)
+        degraded.close()
+        (home / "state.db").rmdir()
+        row = self._sessions(make_store())[entry.session_id]
+        assert row["input_tokens"] == 5
+        assert (home / "sessions" / "sessions.journal.torn").read_bytes() == b'{"jour'
+
+
 class TestWriteFailureAfterOpen:
     """A database that stops accepting writes switches the store to degraded, losing nothing."""
 

@@ -2,7 +2,9 @@
 
 Degraded mode: routing lives in ``sessions.json`` (written after every change, marked with
 ``_degraded_since`` so the next start with a working database knows it is newer),
-transcripts are appended to ``<session_id>.jsonl`` (fsync'ed per write), the node's state
+transcripts are appended to ``<session_id>.jsonl`` (fsync'ed per write), what a database
+would change in its ``sessions`` table to a journal
+(:mod:`~hermes_actors.store.backends.files.journal`), the node's state
 in the home's files (:mod:`~hermes_actors.store.backends.files.node_files`), and the inbox,
 delivery ledger and outbox in memory (:mod:`~hermes_actors.store.backends.files.memory`):
 those follow the same rules as on a database but do not survive a crash, which is logged
@@ -23,6 +25,7 @@ from typing import Any
 from hermes_actors.errors import StoreError, StoreRejectedError
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
+from hermes_actors.store.backends.files.journal import SessionJournal
 from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
 from hermes_actors.store.backends.files.memory import MemoryInbox, MemoryLedger, MemoryOutbox
 from hermes_actors.store.backends.files.mirror import (
@@ -78,7 +81,8 @@ log = logging.getLogger(__name__)
 
 _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
 _LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerFinish, LedgerPrune)
-_NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage)
+_JOURNALED = (CreateSession, EndSession, AddTokens)
+_NO_TABLE = (*_JOURNALED, AppendMessage)
 _ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
 #: Every operation this backend applies; anything else refuses the whole list up front
 #: (memory changes cannot be rolled back, so nothing may fail half-way).
@@ -111,6 +115,7 @@ class FilesBackend:
                  rows: list[RoutingRow] | None = None, since: str | None = None) -> None:
         self._home = Path(home)
         self._transcripts = transcripts
+        self._journal = SessionJournal(transcripts.directory)
         self._previous = previous
         self._lock = threading.Lock()
         self._since = since
@@ -182,7 +187,10 @@ class FilesBackend:
                 if op.is_reply:
                     record["is_reply"] = True
                 appends.setdefault(op.session_id, []).append(record)
+        journaled = [op for op in ops if isinstance(op, _JOURNALED)]
         try:
+            if journaled:
+                self._journal.append(journaled)
             for session_id, records in appends.items():
                 self._transcripts.append(session_id, records)
             for op in ops:
@@ -223,7 +231,7 @@ class FilesBackend:
         if isinstance(op, DeleteRouting):
             return sum(self._routing.pop(key, None) is not None for key in op.session_keys)
         if isinstance(op, (*_NO_TABLE, NodeValue, SetSessionRestarts)):
-            return None  # no sessions table here; transcripts and node files are written
+            return None  # no sessions table here: the journal, transcripts and node files
         self._volatile()
         if isinstance(op, _INBOX_OPS):
             return self._inbox.apply(op)

@@ -20,7 +20,7 @@ from hermes_actors.model.entry import validate_session_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.transcript import public_message
 
-__all__ = ["JsonlTranscripts", "SUFFIX"]
+__all__ = ["JsonlTranscripts", "SUFFIX", "append_lines", "read_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -44,36 +44,12 @@ class JsonlTranscripts:
         """Append ``records`` durably (one line each); ``OSError`` when the disk refuses."""
         data = "".join(to_json(r) + "\n" for r in records).encode()
         with self._lock:  # taken here: a gevent lock belongs to the hub's thread
-            off_the_hub(self._write, self.path(session_id), data)  # fsync never stalls gevent
-
-    def _write(self, path: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+b") as handle:
-            if handle.tell() and _ends_torn(handle):  # a crash tore the last line: end it,
-                data = b"\n" + data                   # so these lines are not glued to it
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            append_lines(self.path(session_id), data)
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         """Every readable line of ``session_id``'s file, as stored (torn lines skipped)."""
-        path = self.path(session_id)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return []
-        out = []
-        for number, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                log.warning("skipping unreadable line %d of %s", number, path)
-                continue
-            if isinstance(record, dict) and "role" in record and "content" in record:
-                out.append(record)
-        return out
+        return [record for record in read_lines(self.path(session_id))
+                if "role" in record and "content" in record]
 
     def load(self, session_id: str, before_turn: str | None = None) -> list[dict[str, Any]]:
         """The transcript of ``session_id`` in order (§17.13 shape); with ``before_turn``
@@ -114,6 +90,44 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
         record.get("timestamp") or 0.0,
         record.get("token_count"),
     )
+
+
+def append_lines(path: Path, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``path`` and fsync it, off the gevent hub; a last
+    line a crash tore is ended first, so the new lines are not glued to it. The caller
+    serialises appends to one file."""
+    off_the_hub(_append, path, data)  # fsync never stalls gevent
+
+
+def _append(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        if handle.tell() and _ends_torn(handle):
+            data = b"\n" + data
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``path``'s lines, in order (none for a missing file); a line that
+    is not one (a torn last line) is skipped with a warning."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            log.warning("skipping unreadable line %d of %s", number, path)
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
 
 
 def _ends_torn(handle: Any) -> bool:
