@@ -249,7 +249,11 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 raise TypeError(f"run_turn returned {type(result).__name__}, not TurnResult")
         except _NotRun:
             result = TurnResult(None, "interrupted")
-        except Exception as exc:  # noqa: BLE001 - an agent failure is a failed turn
+        except BaseException as exc:  # noqa: BLE001 - an agent failure is a failed turn
+            # SystemExit too (a tool's sys.exit(), argparse): escaping, it ended the worker
+            # without a TurnDone (under gevent it reached the hub and ended the process)
+            if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "GreenletExit":
+                raise
             log.warning("agent failed session_key=%s error=%s", key, _describe_error(exc))
             error, result = exc, TurnResult(None, "failed")
         _settle(services, key, session_id, token, turn, result, error)

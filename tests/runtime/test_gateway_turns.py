@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_actors.agents.scripted import ScriptedAgent
 from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.store import SessionStore
@@ -75,6 +76,28 @@ class TestFailure:
         h.idle()
         assert h.texts() == ["held g"]
         assert [a.closes for a in h.agents] == [1]
+
+    def test_an_agent_that_raises_system_exit_fails_only_its_turn(self, make_harness,
+                                                                    monkeypatch):
+        # a tool calling sys.exit(), argparse rejecting its input: the worker died silently
+        # (threads: the session's turn never ended, every later message waited behind it;
+        # gevent: the SystemExit reached the hub and ended the whole process)
+        h = make_harness()
+        real = ScriptedAgent.run_turn
+
+        def run_turn(agent, request):
+            if request.message == "quit":
+                raise SystemExit(2)
+            return real(agent, request)
+
+        monkeypatch.setattr(ScriptedAgent, "run_turn", run_turn)
+        h.send("quit")
+        h.idle()
+        assert h.texts() == [FAILED_NOTICE.format("SystemExit")]
+        assert h.gw.store.get(h.key()).active_turn_token is None
+        h.send("again")
+        h.idle()
+        assert h.texts()[-1] == "echo: again"
 
 
 class TestSilence:
