@@ -32,7 +32,7 @@ from hermes_actors.runtime.eviction import should_check_pressure
 from hermes_actors.runtime.guard import call_agent
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
-from hermes_actors.store.turns import SessionExistsError, SessionRotatedError
+from hermes_actors.store.turns import SessionExistsError, SessionGoneError, SessionRotatedError
 
 __all__ = ["FAILED_NOTICE", "RunningTurn", "TurnOutcome", "run_turn"]
 
@@ -311,6 +311,10 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
                                  event_ids=ids, internal=internal, touch_activity=not internal)
     except Exception as exc:
         _return_unused(services, key, entry.session_id, checkout)
+        if isinstance(exc, SessionGoneError):
+            # The prune dropped the (stale) entry after the turn read it: the message starts
+            # a new session, as it would have a moment later.
+            return _start(services, key, turn, event, None, user_message)
         if not isinstance(exc, SessionRotatedError):
             raise
         # /new or /reset won the race: the turn it interrupted never starts.

@@ -25,7 +25,8 @@ from hermes_actors.store.ops import AppendMessage, ConsumeEvents, Op
 from hermes_actors.store.recovery import RESTART_INTERRUPTED, MarkerVerdict, judge_marker
 from hermes_actors.store.transcript import normalize_message
 
-__all__ = ["MarkerSettlement", "SessionExistsError", "SessionRotatedError", "TurnRecords"]
+__all__ = ["MarkerSettlement", "SessionExistsError", "SessionGoneError", "SessionRotatedError",
+           "TurnRecords"]
 
 
 class MarkerSettlement(NamedTuple):
@@ -48,6 +49,10 @@ class SessionExistsError(StoreError):
     """A session's first turn found that its key has an entry after all."""
 
 
+class SessionGoneError(StoreError):
+    """A turn's key has no entry any more (the prune of stale entries dropped it)."""
+
+
 class TurnRecords:
     """The turn methods of the store (its facade delegates here)."""
 
@@ -61,7 +66,8 @@ class TurnRecords:
         ``user_message`` tagged with the token, consume ``event_ids`` (reason ``turn``), and
         with ``touch_activity`` bump ``updated_at`` (a human turn is user activity).
 
-        Returns the token. Raises :class:`StoreError` for an unknown key,
+        Returns the token. Raises :class:`SessionGoneError` (a :class:`StoreError`) for an
+        unknown key,
         :class:`SessionRotatedError` when the key no longer routes to ``session_id``
         (compare-and-swap: a turn never marks a session it did not start in), and
         ``ValueError`` for a malformed message (nothing is written then).
@@ -73,7 +79,7 @@ class TurnRecords:
         with core.key_lock(session_key):
             entry = core.entries.get(session_key)
             if entry is None:
-                raise StoreError(f"no session with key {session_key!r}")
+                raise SessionGoneError(f"no session with key {session_key!r}")
             if entry.session_id != session_id:
                 raise SessionRotatedError(
                     f"session {session_key!r} moved to {entry.session_id} (a /new or /reset) "

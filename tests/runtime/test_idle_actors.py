@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from hermes_actors import MessageEvent, SessionSource
+from hermes_actors.runtime.gateway import Gateway
 
 
 class TestIdleRetirement:
@@ -72,6 +74,55 @@ class TestHousekeepingPrune:
         assert h.gw.store.get(h.key()) is None
         assert [m["content"] for m in h.gw.store.load_transcript(session_id)] == [
             "old", "echo: old"]
+
+    def test_a_message_that_comes_while_the_prune_runs_is_answered(self, make_harness,
+                                                                     monkeypatch):
+        # The prune asks the runtime about each stale key, then deletes the ones nobody
+        # uses: a message for one of them that arrived in between found its entry at the
+        # turn's start and lost it before the turn began (the user was told the agent
+        # failed, StoreError, and the message was consumed).
+        checked: list[str] = []
+        paused, go_prune = threading.Event(), threading.Event()
+        real_check = Gateway._has_active_processes
+
+        def check(gw, key):
+            checked.append(key)
+            if len(checked) == 2:  # the prune has judged the first key: hold it here
+                paused.set()
+                assert go_prune.wait(10)
+            return real_check(gw, key)
+
+        monkeypatch.setattr(Gateway, "_has_active_processes", check)
+        h = make_harness(session_store_max_age_days=1, session_actor_idle_secs=60,
+                         housekeeping={"first_delay": 0})
+        for chat in ("1", "2"):
+            h.send("old", chat_id=chat)
+        h.idle()
+        h.clock.advance(2 * 86400)
+        tick = threading.Thread(target=h.gw.housekeeping_tick)  # retires both, then prunes
+        tick.start()
+        assert paused.wait(10)
+        beginning, go_turn = threading.Event(), threading.Event()
+        store = h.gw.store
+        real_begin = store.begin_turn
+
+        def begin_turn(*args, **kwargs):
+            beginning.set()
+            assert go_turn.wait(10)
+            return real_begin(*args, **kwargs)
+
+        store.begin_turn = begin_turn
+        chat = checked[0].rsplit(":", 1)[1]
+        h.send("back", chat_id=chat)
+        assert beginning.wait(10)  # the turn found the entry and is about to begin
+        go_prune.set()
+        tick.join(10)
+        assert store.get(checked[0]) is None  # pruned meanwhile
+        go_turn.set()
+        h.idle()
+        assert h.texts()[-1] == "echo: back"
+        entry = store.get(checked[0])
+        assert entry is not None and entry.active_turn_token is None
 
     def test_stats_record(self, make_harness):
         h = make_harness()
