@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pykka
 
+from hermes_actors._green import off_the_hub
 from hermes_actors._green.actor import LightActor
 from hermes_actors.runtime.errands import Errands
 from hermes_actors.runtime.eviction import (
@@ -412,7 +413,7 @@ class AgentCacheActor(LightActor):
         released = self._apply(plan, "memory")
 
         def trimmed() -> None:  # after the releases, so the freed arenas go back to the OS
-            malloc_trim()
+            off_the_hub(malloc_trim)  # a walk of every arena: under gevent, not in the hub
             log.info("memory pass released %d agents: anon %.0f MB (budget %.0f MB)",
                      released, anon / MB, budget / MB)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -71,6 +72,30 @@ class TestMemoryBudget:
         assert one.committed and one.committed[0][-1]["content"] == "echo: x"
         h.gates.open("g")
         h.idle()
+
+    @pytest.mark.skipif(os.environ.get("HERMES_TEST_BACKEND") != "gevent",
+                        reason="only gevent has a hub to block")
+    def test_the_trim_after_a_memory_pass_runs_off_the_hub(self, make_harness, monkeypatch):
+        # malloc_trim walks every heap arena (tens of milliseconds at a few hundred MB, the
+        # heaps a memory pass meets): run in the hub, it froze every actor meanwhile
+        import gevent
+        from gevent.monkey import get_original
+
+        native_ident = get_original("_thread", "get_ident")
+        trimmed_on: list[int] = []
+
+        def trim() -> bool:  # records the native thread glibc's call would run on
+            trimmed_on.append(native_ident())
+            return True
+
+        monkeypatch.setattr("hermes_actors.runtime.cache.malloc_trim", trim)
+        h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
+        send(h, "1", "x")
+        h.idle()
+        h.probe.anon_mb = 500
+        h.gw.housekeeping_tick()  # the pass waits for its releases and the trim
+        assert h.agents[0].released == 1
+        assert trimmed_on and gevent.get_hub().thread_ident not in trimmed_on
 
     def test_unpersisted_agent_never_released(self, make_harness, monkeypatch):
         h = make_harness(agent={"agent_cache": {"memory_high_mb": 200, "protect_recent": 0}})
