@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_actors.runtime.guard import is_greenlet_exit
+
 __all__ = ["Delegation", "DelegationRegistry", "format_completion"]
 
 
@@ -40,7 +42,7 @@ def _outcome(delegation: Delegation, fn: Callable[..., Any]) -> tuple[str, str]:
         text = "" if value is None else str(value)
     except BaseException as exc:  # noqa: BLE001 - a failure is reported, SystemExit too
         partial = "\n".join(delegation.progress)
-        if type(exc).__name__ == "GreenletExit":
+        if is_greenlet_exit(exc):
             return "interrupted", partial  # gevent killed the worker; fn has unwound
         error = f"error: {type(exc).__name__}: {exc}"
         return "failed", f"{partial}\n{error}" if partial else error

@@ -11,9 +11,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["call_agent"]
+__all__ = ["call_agent", "is_greenlet_exit"]
 
 log = logging.getLogger("hermes_actors.agent")
+
+
+def is_greenlet_exit(exc: BaseException) -> bool:
+    """Whether ``exc`` is gevent killing the current greenlet (it must pass through)."""
+    return type(exc).__name__ == "GreenletExit"
 
 
 def call_agent(what: str, session_key: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -21,7 +26,7 @@ def call_agent(what: str, session_key: str, fn: Callable[..., Any], *args: Any) 
     try:
         return fn(*args)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
-        if type(exc).__name__ == "GreenletExit":
+        if is_greenlet_exit(exc):
             raise
         log.exception("%s failed session_key=%s", what, session_key)
         return None

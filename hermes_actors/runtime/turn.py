@@ -29,7 +29,7 @@ from hermes_actors.runtime.cache import Checkin, Checkout
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import Delegation, format_completion
 from hermes_actors.runtime.eviction import should_check_pressure
-from hermes_actors.runtime.guard import call_agent
+from hermes_actors.runtime.guard import call_agent, is_greenlet_exit
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
 from hermes_actors.store.turns import SessionExistsError, SessionGoneError, SessionRotatedError
@@ -252,7 +252,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         except BaseException as exc:  # noqa: BLE001 - an agent failure is a failed turn
             # SystemExit too (a tool's sys.exit(), argparse): escaping, it ended the worker
             # without a TurnDone (under gevent it reached the hub and ended the process)
-            if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "GreenletExit":
+            if isinstance(exc, KeyboardInterrupt) or is_greenlet_exit(exc):
                 raise
             log.warning("agent failed session_key=%s error=%s", key, _describe_error(exc))
             error, result = exc, TurnResult(None, "failed")
