@@ -32,6 +32,7 @@ from hermes_actors.runtime.delegations import DelegationRegistry
 from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
+from hermes_actors.runtime.ledger_sweep import sweep_ledger
 from hermes_actors.runtime.memory import MemoryProbe
 from hermes_actors.runtime.node_sessions import start_node
 from hermes_actors.runtime.pull_adapters import PullAdapters
@@ -641,10 +642,12 @@ class Gateway:
         except pykka.Timeout:  # an agent's commit_memory or close hangs: turns go on
             log.warning("housekeeping: the agents' releases are still running after %.0f s",
                         _SETTLE_TIMEOUT)
-        if self.cluster is None:
-            self._supervisor.sweep_ledger().get()
-        else:  # only the rows of the shards served here
-            self._supervisor.sweep_ledger(self.cluster.belongs()).get()
+        # here, not in the supervisor's mailbox: the sends may be slow (stats, the drain
+        # and the turns of counted sessions ask the supervisor meanwhile)
+        belongs = None if self.cluster is None else self.cluster.belongs()  # (shards here)
+        sent = sweep_ledger(self.store, self._live_services.delivery, belongs)
+        if sent:
+            self._supervisor.count_redelivered(sent)
         if self._schedule.take_prune(now):
             pruned = 0
             if self.cluster is None:  # a node would delete other nodes' sessions' rows

@@ -23,11 +23,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from hermes_actors._green.actor import LightActor
-from hermes_actors.adapters.base import Outgoing
-from hermes_actors.errors import FencedError, UnknownPlatformError
-from hermes_actors.model.source import SessionSource
+from hermes_actors.errors import FencedError
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
+from hermes_actors.runtime.ledger_sweep import sweep_ledger
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import (
     auto_continue_candidates,
@@ -201,33 +200,14 @@ class SupervisorActor(LightActor):
     # -- while running --------------------------------------------------------------------
 
     def sweep_ledger(self, belongs: Callable[[str], bool] | None = None) -> int:
-        """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed;
-        only those of the sessions ``belongs`` picks, when given (a cluster node's
-        shards)."""
-        # A row this very boot is sending is refused by the claim (owner node AND boot), so
-        # only rows of earlier boots, uncertain after a crash, are taken up again. In a
-        # cluster only the shard's owner sweeps its rows: a row another node was attempting
-        # is then one of a tenure that has ended (its writes are fenced from then on).
-        batch, replies = [], {}
-        for row in self._store.ledger_rows(("pending", "attempting", "failed")):
-            if belongs is not None and not belongs(row["session_key"]):
-                continue
-            try:
-                target = SessionSource(row["platform"], chat_id=row["chat_id"],
-                                       thread_id=row["thread_id"])
-            except (UnknownPlatformError, ValueError, TypeError):
-                continue
-            uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
-            text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
-            answers = tuple((row.get("in_reply_to") or "").split())
-            batch.append((row["obligation_id"], Outgoing(target, text, row["kind"], answers)))
-            if row["kind"] in ("reply", "recovered"):
-                replies[row["obligation_id"]] = row["session_key"]
-        # claims, sends and outcomes batched: three commits for the whole sweep
-        sent = self._delivery.attempt_many(batch)
-        self._store.clear_resume_pending_many(replies[oid] for oid in sent if oid in replies)
-        self._redelivered += len(sent)
-        return len(sent)
+        """:func:`~.ledger_sweep.sweep_ledger` as a step of recovery, counted."""
+        sent = sweep_ledger(self._store, self._delivery, belongs)
+        self._redelivered += sent
+        return sent
+
+    def count_redelivered(self, sent: int) -> None:
+        """A sweep run outside this mailbox (housekeeping's) delivered ``sent`` rows."""
+        self._redelivered += sent
 
     def turn_succeeded(self, session_key: str) -> None:
         """A successful turn resets the session's stuck-loop counter."""

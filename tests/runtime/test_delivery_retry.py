@@ -199,3 +199,38 @@ class TestRefusal:
         assert "blocked" in row["last_error"]
         gateway.housekeeping_tick()  # its ledger sweep retries failed rows, not this one
         assert gateway.wait_idle(timeout=30) and len(adapter.calls) == 1
+
+
+class HeldAdapter(ScriptedAdapter):
+    """Refuses the first send; the next (the sweep's) blocks until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__(SendResult(False, error="500 Internal Server Error"))
+        self.sending, self.release = threading.Event(), threading.Event()
+
+    def send(self, target, text):
+        if self.calls:
+            self.sending.set()
+            assert self.release.wait(timeout=30), "the test never released the send"
+        return super().send(target, text)
+
+
+class TestSweepOutsideTheSupervisor:
+    def test_a_slow_send_of_a_sweep_holds_up_no_ask_of_the_supervisor(self, run):
+        adapter = HeldAdapter()
+        gateway = run(adapter, FakeClock())
+        assert _row(gateway)["state"] == "failed"
+        tick = threading.Thread(target=gateway.housekeeping_tick)
+        tick.start()
+        try:
+            assert adapter.sending.wait(timeout=30)
+            answered = []
+            asking = threading.Thread(target=lambda: answered.append(gateway.stats()))
+            asking.start()
+            asking.join(timeout=10)  # (a supervisor mailbox busy with the send: no answer)
+            assert answered and answered[0]["supervisor"]["redelivered"] == 0
+        finally:
+            adapter.release.set()
+            tick.join(timeout=30)
+        assert _row(gateway)["state"] == "delivered"
+        assert gateway.stats()["supervisor"]["redelivered"] == 1

@@ -1,0 +1,50 @@
+"""``sweep_ledger``: deliver the replies and notices the delivery ledger still owes (§7).
+
+A plain function, not an actor's method: its sends go through the adapters, which may be
+slow (a rate-limited platform, a network timeout), and no mailbox may wait on them. The
+supervisor runs it inside its recovery (startup, a gained shard), where it is one step of
+an ordered sequence; housekeeping runs it in its own greenlet. Two sweeps at once are safe:
+a row this very boot is sending is refused by the other sweep's claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hermes_actors.adapters.base import Outgoing
+from hermes_actors.errors import UnknownPlatformError
+from hermes_actors.model.source import SessionSource
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+
+__all__ = ["sweep_ledger"]
+
+
+def sweep_ledger(store: Any, delivery: Any,
+                 belongs: Callable[[str], bool] | None = None) -> int:
+    """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed; only
+    those of the sessions ``belongs`` picks, when given (a cluster node's shards). A
+    delivered reply clears its session's resume flag. Returns how many were delivered."""
+    # A row this very boot is sending is refused by the claim (owner node AND boot), so
+    # only rows of earlier boots, uncertain after a crash, are taken up again. In a
+    # cluster only the shard's owner sweeps its rows: a row another node was attempting
+    # is then one of a tenure that has ended (its writes are fenced from then on).
+    batch, replies = [], {}
+    for row in store.ledger_rows(("pending", "attempting", "failed")):
+        if belongs is not None and not belongs(row["session_key"]):
+            continue
+        try:
+            target = SessionSource(row["platform"], chat_id=row["chat_id"],
+                                   thread_id=row["thread_id"])
+        except (UnknownPlatformError, ValueError, TypeError):
+            continue
+        uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
+        text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
+        answers = tuple((row.get("in_reply_to") or "").split())
+        batch.append((row["obligation_id"], Outgoing(target, text, row["kind"], answers)))
+        if row["kind"] in ("reply", "recovered"):
+            replies[row["obligation_id"]] = row["session_key"]
+    # claims, sends and outcomes batched: three commits for the whole sweep
+    sent = delivery.attempt_many(batch)
+    store.clear_resume_pending_many(replies[oid] for oid in sent if oid in replies)
+    return len(sent)
