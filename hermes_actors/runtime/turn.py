@@ -25,6 +25,7 @@ from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.keys import is_shared_multi_user_session
 from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
+from hermes_actors.model.usage import token_usage
 from hermes_actors.runtime.cache import Checkin, Checkout
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import Delegation, format_completion
@@ -411,14 +412,14 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
     # Before the send, which can take long (a rate-limited adapter): a follow-up or /new
     # meanwhile has nothing left to interrupt (§8).
     turn.settled = True
-    usage = result.usage or {}
-    if usage:
+    usage = token_usage(result.usage)  # (values that are not counts are left out)
+    if not usage.empty:
         store.update_session(
             key,
-            last_prompt_tokens=usage.get("prompt_tokens"),
+            last_prompt_tokens=usage.prompt_tokens,
             touch_activity=False,
-            input_tokens=int(usage.get("input_tokens", 0) or 0),
-            output_tokens=int(usage.get("output_tokens", 0) or 0),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
         )
     if owed is not None:
         delivery.attempt(row, event.source, owed[0])

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_actors import (
+    Gateway,
+    InMemoryAdapter,
+    MessageEvent,
+    SessionSource,
+    TurnResult,
+    load_config,
+)
 from hermes_actors.agents.scripted import ScriptedAgent
 from hermes_actors.model.silence import SILENCE_NOTICE
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.store import SessionStore
-from hermes_actors.testing import node_values
+from hermes_actors.testing import FakeClock, FakeMemoryProbe, node_values
 
 
 @pytest.fixture
@@ -98,6 +106,61 @@ class TestFailure:
         h.send("again")
         h.idle()
         assert h.texts()[-1] == "echo: again"
+
+
+class _UsageAgent:
+    """Answers every turn with ``the answer`` and the given ``usage`` counters."""
+
+    def __init__(self, usage):
+        self.usage = usage
+
+    def run_turn(self, request):
+        return TurnResult("the answer", "completed", self.usage)
+
+    def interrupt(self, reason=None):
+        pass
+
+    def release_clients(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class TestUsage:
+    """An agent's token counters are bookkeeping: odd values never cost the user a reply."""
+
+    @pytest.mark.parametrize("usage", [
+        {"input_tokens": "many"}, {"prompt_tokens": "12k"}, {"output_tokens": [3]},
+        {"input_tokens": 1e30}, ["not", "a", "dict"],
+    ])
+    def test_a_malformed_usage_still_delivers_the_reply(self, tmp_path, usage):
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(tmp_path / "home", config=load_config({}, env={}), adapters=[adapter],
+                     agent_factory=lambda context: _UsageAgent(usage), clock=FakeClock(),
+                     memory_probe=FakeMemoryProbe())
+        gw.start()
+        try:
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
+            assert gw.wait_idle(timeout=20)
+            assert adapter.texts() == ["the answer"]
+            assert [r["state"] for r in gw.store.ledger_rows()] == ["delivered"]
+        finally:
+            gw.stop(drain_timeout=5)
+
+    def test_counters_are_recorded(self, tmp_path):
+        adapter = InMemoryAdapter("telegram")
+        usage = {"input_tokens": 10, "output_tokens": 3.0, "prompt_tokens": "7"}
+        gw = Gateway(tmp_path / "home", config=load_config({}, env={}), adapters=[adapter],
+                     agent_factory=lambda context: _UsageAgent(usage), clock=FakeClock(),
+                     memory_probe=FakeMemoryProbe())
+        gw.start()
+        try:
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
+            assert gw.wait_idle(timeout=20)
+            assert gw.store.get("agent:main:telegram:dm:42").last_prompt_tokens == 7
+        finally:
+            gw.stop(drain_timeout=5)
 
 
 class TestSilence:
