@@ -25,7 +25,7 @@ from typing import Any
 
 from hermes_actors.process.sse import StreamReader, StreamRefused
 
-__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "send"]
+__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal", "send"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
@@ -33,13 +33,25 @@ ANSWER_KINDS = ("reply", "recovered")
 _NOTICE_POLL = 1.0
 
 
+#: Client errors (4xx) that say "not now", not "wrong": the same request may succeed later
+#: (a full queue, a body that came too slowly), so they are runtime failures (exit 1).
+RETRY_LATER = frozenset({408, 429})
+
+
+def is_refusal(status: int) -> bool:
+    """Whether an HTTP ``status`` refuses the request itself (a client mistake: exit 2)."""
+    return 400 <= status < 500 and status not in RETRY_LATER
+
+
 class ClientError(Exception):
-    """A request failed: ``refused`` (the server answered 4xx) or not (unreachable, 5xx)."""
+    """A request failed: ``refused`` (the server answered a 4xx that is a client mistake)
+    or not (unreachable, 5xx, or a 408/429 that may succeed later)."""
 
     def __init__(self, message: str, *, refused: bool = False, status: int | None = None,
                  ) -> None:
         super().__init__(message)
-        #: Whether the server refused the request (a client mistake: exit code 2).
+        #: Whether the server refused the request (a client mistake: exit code 2; see
+        #: :func:`is_refusal`).
         self.refused = refused
         #: The HTTP status of the answer, if one came.
         self.status = status
@@ -74,8 +86,8 @@ class GatewayClient:
                 return json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             raise ClientError(
-                f"the gateway answered {exc.code}: {_error_text(exc)}", refused=exc.code < 500,
-                status=exc.code,
+                f"the gateway answered {exc.code}: {_error_text(exc)}",
+                refused=is_refusal(exc.code), status=exc.code,
             ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -103,7 +115,7 @@ class GatewayClient:
             return reader.open()
         except StreamRefused as exc:
             raise ClientError(f"the gateway answered {exc.status}: {exc}",
-                              refused=exc.status < 500, status=exc.status) from None
+                              refused=is_refusal(exc.status), status=exc.status) from None
         except (OSError, ValueError) as exc:
             raise ClientError(f"no gateway answered at {self.url} ({exc})") from None
 

@@ -80,6 +80,22 @@ class TestSend:
                            "--token", TOKEN)
         assert unserved.returncode == 2 and "not served" in unserved.stderr
 
+    def test_a_full_queue_is_a_runtime_failure_exit_1(self, start_gateway, tmp_path):
+        # a message the busy session cannot take now (429) is no usage mistake: sent again
+        # later it is taken, so it is exit 1 like any runtime failure (§1), not 2
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.yaml").write_text(
+            "busy_input_mode: queue\nqueue_max: 1\nrestart_drain_timeout: 0.1\n")
+        gateway = start_gateway("--agent", "scripted", home=home)
+        assert gateway.post("full", "sleep 30")["queue_depth"] == 0
+        assert gateway.post("full", "/queue a")["queue_depth"] == 1
+        result = run_cli("send", "/queue b", "--chat-id", "full", "--user-id", "7", "--url",
+                         gateway.url, "--home", str(home))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.startswith("hermes-actors: error: the gateway answered 429: "
+                                        "Queue full (1 waiting)")
+
 
 class TestChat:
     """``chat`` runs an embedded gateway: each line is a message, end of input stops it."""
