@@ -28,6 +28,14 @@ class Queued:
     #: The durable inbox events this item consumes when its turn starts (a merged slot
     #: covers every message that was merged into it).
     event_ids: tuple[str, ...]
+    #: The messages merged into this one, in order (empty when nothing was merged): in a
+    #: shared session each keeps its own sender's name.
+    parts: tuple[MessageEvent, ...] = ()
+
+    @property
+    def messages(self) -> tuple[MessageEvent, ...]:
+        """The messages this item runs: the merged ones, or its one event."""
+        return self.parts or (self.event,)
 
     @property
     def is_human(self) -> bool:
@@ -50,7 +58,8 @@ def _merge(first: Queued, second: Queued) -> Queued:
         if first.event.message_type == second.event.message_type
         else MessageType.TEXT,
     )
-    return Queued(event, "followup", first.event_ids + second.event_ids)
+    return Queued(event, "followup", first.event_ids + second.event_ids,
+                  first.messages + second.messages)
 
 
 class SessionQueue:

@@ -122,15 +122,22 @@ def _safe_interrupt(agent: Any, reason: str | None) -> None:
     call_agent("agent.interrupt", "-", agent.interrupt, reason)
 
 
-def _compose_message(event: MessageEvent, shared: bool) -> str:
+def _compose_message(item: Queued, shared: bool) -> str:
+    """The turn's user message: in a shared session each human message (each of a merged
+    slot's) prefixed with its own sender, then the recovery note before it all."""
+    event = item.event
     text = event.text
-    if shared and not event.internal and text:
-        sender = event.source.user_name or event.source.user_id or "unknown"
-        text = f"[{sender}] {text}"
+    if shared and not event.internal:
+        text = "\n".join(f"[{_sender(part)}] {part.text}" for part in item.messages
+                          if part.text)
     note = event.metadata.get("recovery_note")
     if note:
         text = f"{note}\n\n{text}" if text else note
     return text
+
+
+def _sender(event: MessageEvent) -> str:
+    return event.source.user_name or event.source.user_id or "unknown"
 
 
 def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOutcome:
@@ -187,7 +194,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         group_sessions_per_user=config.group_sessions_per_user,
         thread_sessions_per_user=config.thread_sessions_per_user,
     )
-    message = _compose_message(event, shared)
+    message = _compose_message(turn.item, shared)
     started = _start(services, key, turn, event, entry, {"role": "user", "content": message})
     if isinstance(started, TurnOutcome):
         return started

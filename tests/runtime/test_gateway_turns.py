@@ -193,6 +193,41 @@ class TestSharedSessions:
         h.idle()
         assert h.seen() == ["[Alice] hello"]
 
+    def test_merged_followups_keep_each_sender(self, make_harness):
+        # interrupt-mode follow-ups of several people collapse into one turn; each line
+        # still names the person who wrote it (the first sender wrote only the first)
+        h = make_harness(group_sessions_per_user=False)
+        h.send("hold g", chat_type="group", user_name="Alice")
+        assert h.gates.wait_until_waiting("g")
+        h.send("is it done?", chat_type="group", user_name="Bob")
+        h.send("please stop", chat_type="group", user_name="Carol", user_id="9")
+        h.send("and me", chat_type="group", user_id="11")
+        h.handled()
+        h.gates.open("g")
+        h.idle()
+        assert h.seen() == ["[Alice] hold g", "[Bob] is it done?\n[Carol] please stop\n[11] and me"]
+
+    def test_merged_followups_of_one_person_are_prefixed_per_line(self, make_harness):
+        h = make_harness(group_sessions_per_user=False)
+        h.send("hold g", chat_type="group", user_name="Alice")
+        assert h.gates.wait_until_waiting("g")
+        h.send("one", chat_type="group", user_name="Bob")
+        h.send("two", chat_type="group", user_name="Bob")
+        h.handled()
+        h.gates.open("g")
+        h.idle()
+        assert h.seen()[-1] == "[Bob] one\n[Bob] two"
+
+    def test_merged_followups_in_a_private_session_are_not_prefixed(self, make_harness):
+        h = make_harness()
+        h.hold("g")
+        h.send("one")
+        h.send("two")
+        h.handled()
+        h.gates.open("g")
+        h.idle()
+        assert h.seen()[-1] == "one\ntwo"
+
 
 class TestStatus:
     """/status reports the session id, depth and turn state without running a turn."""
