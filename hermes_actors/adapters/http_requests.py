@@ -239,6 +239,13 @@ def _string(data: Mapping[str, Any], name: str, limit: int | None = None) -> str
     return value
 
 
+def _given(data: Mapping[str, Any], name: str, default: str) -> Any:
+    """An optional field's value; absent or ``null``, its default (as for every optional
+    field: many clients send ``null`` for what they did not set)."""
+    value = data.get(name)
+    return default if value is None else value
+
+
 def _platform(value: Any, platforms: Sequence[str]) -> str:
     served = ", ".join(platforms)
     if not isinstance(value, str):
@@ -258,7 +265,8 @@ def parse_message(data: Mapping[str, Any], *, platforms: Sequence[str]) -> Inbou
     ``media_urls``). Optional: ``platform`` (default ``webhook``; one of ``platforms``),
     ``chat_type`` (``dm``, ``group``, ``channel``, ``thread``), ``user_id``, ``user_name``,
     ``thread_id``, ``chat_name``, ``message_id``, ``media_urls`` (list of strings),
-    ``message_type`` (``text``, ``photo``, ``voice``, ``document``). Other keys are ignored.
+    ``message_type`` (``text``, ``photo``, ``voice``, ``document``). An optional field given
+    as ``null`` takes its default. Other keys are ignored.
     """
     chat_id = _required_id(data, "chat_id")
     if "text" not in data or data["text"] is None:
@@ -273,13 +281,13 @@ def parse_message(data: Mapping[str, Any], *, platforms: Sequence[str]) -> Inbou
         raise RequestError(422, "field 'media_urls' must be a list of non-empty strings")
     if not text.strip() and not media:
         raise RequestError(422, "field 'text' must not be empty (unless media_urls are given)")
-    platform = _platform(data.get("platform", "webhook"), platforms)
-    chat_type = data.get("chat_type", "dm")
+    platform = _platform(_given(data, "platform", "webhook"), platforms)
+    chat_type = _given(data, "chat_type", "dm")
     if not isinstance(chat_type, str) or chat_type.strip().lower() not in CHAT_TYPES:
         raise RequestError(
             422, f"field 'chat_type' must be one of {', '.join(CHAT_TYPES)}; got {chat_type!r}"
         )
-    message_type = data.get("message_type", "text")
+    message_type = _given(data, "message_type", "text")
     if not isinstance(message_type, str) or message_type.strip().lower() not in _MESSAGE_TYPES:
         raise RequestError(
             422, f"field 'message_type' must be one of {', '.join(_MESSAGE_TYPES)}; "

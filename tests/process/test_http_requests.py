@@ -52,6 +52,15 @@ class TestParseMessage:
         assert msg.to_event().media_urls == ("http://x/a.png",)
         assert msg.to_event().message_type is MessageType.PHOTO
 
+    def test_optional_fields_given_as_null_take_the_defaults(self):
+        # a client that serialises every field it did not set as null (as many do)
+        msg = parse_message({
+            "chat_id": "42", "text": "hi", "platform": None, "chat_type": None,
+            "user_id": None, "user_name": None, "thread_id": None, "chat_name": None,
+            "message_id": None, "media_urls": None, "message_type": None,
+        }, platforms=SERVED)  # fmt: skip
+        assert msg == parse_message({"chat_id": "42", "text": "hi"}, platforms=SERVED)
+
     @pytest.mark.parametrize(("value", "expected"), [(42, "42"), (-100123, "-100123"),
                                                      (7.0, "7"), (" x ", "x")])
     def test_numeric_ids_are_coerced(self, value, expected):
