@@ -24,6 +24,7 @@ from hermes_actors.model.context import assemble_session_context, build_session_
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.keys import is_shared_multi_user_session
+from hermes_actors.model.redact import redact_user_id, should_redact
 from hermes_actors.model.silence import SILENCE_NOTICE, is_silence_marker
 from hermes_actors.model.usage import token_usage
 from hermes_actors.runtime.cache import Checkin, Checkout
@@ -122,22 +123,29 @@ def _safe_interrupt(agent: Any, reason: str | None) -> None:
     call_agent("agent.interrupt", "-", agent.interrupt, reason)
 
 
-def _compose_message(item: Queued, shared: bool) -> str:
+def _compose_message(item: Queued, shared: bool, redact_pii: bool = False) -> str:
     """The turn's user message: in a shared session each human message (each of a merged
     slot's) prefixed with its own sender, then the recovery note before it all."""
     event = item.event
     text = event.text
     if shared and not event.internal:
-        text = "\n".join(f"[{_sender(part)}] {part.text}" for part in item.messages
-                          if part.text)
+        text = "\n".join(f"[{_sender(part, redact_pii)}] {part.text}"
+                          for part in item.messages if part.text)
     note = event.metadata.get("recovery_note")
     if note:
         text = f"{note}\n\n{text}" if text else note
     return text
 
 
-def _sender(event: MessageEvent) -> str:
-    return event.source.user_name or event.source.user_id or "unknown"
+def _sender(event: MessageEvent, redact_pii: bool) -> str:
+    """The sender's name; without one, the id as the context prompt shows it (hashed when
+    ``privacy.redact_pii`` applies to the platform: the model never sees a raw id)."""
+    source = event.source
+    if source.user_name:
+        return source.user_name
+    if source.user_id and should_redact(source.platform, redact_pii):
+        return redact_user_id(source.user_id)
+    return source.user_id or "unknown"
 
 
 def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOutcome:
@@ -194,7 +202,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         group_sessions_per_user=config.group_sessions_per_user,
         thread_sessions_per_user=config.thread_sessions_per_user,
     )
-    message = _compose_message(turn.item, shared)
+    message = _compose_message(turn.item, shared, config.privacy.redact_pii)
     started = _start(services, key, turn, event, entry, {"role": "user", "content": message})
     if isinstance(started, TurnOutcome):
         return started

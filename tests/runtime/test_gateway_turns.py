@@ -193,6 +193,24 @@ class TestSharedSessions:
         h.idle()
         assert h.seen() == ["[Alice] hello"]
 
+    def test_a_nameless_sender_is_shown_by_the_redacted_id(self, make_harness):
+        # privacy.redact_pii keeps a WhatsApp sender's phone number (its user id) from the
+        # model: without a name, the prefix shows the id as the prompt does (user_<hash>)
+        from hermes_actors.model.redact import redact_user_id
+
+        h = make_harness(group_sessions_per_user=False, privacy={"redact_pii": True})
+        h.send("hello", chat_type="group", user_id="+60123456789")
+        h.idle()
+        h.send("hi", chat_type="group", user_id="+60123456789", user_name="Siti")
+        h.idle()
+        assert h.seen() == [f"[{redact_user_id('+60123456789')}] hello", "[Siti] hi"]
+
+    def test_without_redaction_the_raw_id_is_shown(self, make_harness):
+        h = make_harness(group_sessions_per_user=False)
+        h.send("hello", chat_type="group", user_id="+60123456789")
+        h.idle()
+        assert h.seen() == ["[+60123456789] hello"]
+
     def test_merged_followups_keep_each_sender(self, make_harness):
         # interrupt-mode follow-ups of several people collapse into one turn; each line
         # still names the person who wrote it (the first sender wrote only the first)
