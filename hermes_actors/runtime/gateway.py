@@ -34,7 +34,7 @@ from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.ledger_sweep import sweep_ledger
 from hermes_actors.runtime.memory import MemoryProbe
-from hermes_actors.runtime.node_sessions import start_node
+from hermes_actors.runtime.node_sessions import RESET_WAIT, start_node
 from hermes_actors.runtime.pull_adapters import PullAdapters
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
@@ -61,8 +61,6 @@ log = logging.getLogger("hermes_actors.gateway")
 #: What a home that was ever used holds (``state.db``, or the ``sessions`` folder of a
 #: degraded store); a home with neither starts for the first time.
 _STORE_FILES = ("state.db", "sessions")
-#: Seconds a stop waits for the ``/new`` resets under way.
-_RESET_WAIT = 10.0
 #: Seconds ``admit`` waits for the session actor's answer (a mailbox round trip).
 _ANSWER_TIMEOUT = 30.0
 #: How long a stop waits for the delegations it stopped to report back (§8).
@@ -394,7 +392,7 @@ class Gateway:
             self._turns.wait_idle(10.0)
         # A /new whose reset is under way is answered (and its inbox row consumed) before
         # the actors stop; cut off, it would reset the session again at the next start.
-        if not self._resets.wait_idle(_RESET_WAIT):
+        if not self._resets.wait_idle(RESET_WAIT):
             log.warning("stopping with a /new still resetting its session")
         # Only turns that did not complete after all are resumed next start.
         unfinished = [k for k in interrupted if router.ask(k, DrainResult()) != "completed"]

@@ -34,7 +34,7 @@ from hermes_actors.runtime.shard_host import ShardHost
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.ops import NotifyOutbox, NotifyShard
 
-__all__ = ["NodeSessions", "handover_timeout", "start_node"]
+__all__ = ["RESET_WAIT", "NodeSessions", "handover_timeout", "start_node"]
 
 log = logging.getLogger("hermes_actors.cluster")
 
@@ -44,6 +44,8 @@ SHARD_LOST = "shard_lost"
 _DRAIN_LOOK = 0.05
 #: Seconds interrupted turns get to end before a handover goes on without them.
 INTERRUPT_GRACE = 10.0
+#: Seconds a stop or a handover waits for the ``/new`` resets under way.
+RESET_WAIT = 10.0
 #: Seconds between looks at the deliveries a handover waits for (a read of the ledger).
 _SETTLE_LOOK = 0.2
 
@@ -181,6 +183,10 @@ class NodeSessions:
         interrupted = [key for key in running
                        if router.ask(key, InterruptTurn("restart_timeout"))]
         self._wait(interrupted, time.monotonic() + INTERRUPT_GRACE)
+        # a /new under way is answered (its inbox row consumed) before the actors go: cut
+        # off, the new owner would replay it and reset the session a second time
+        if self._wait(keys, time.monotonic() + RESET_WAIT, _resetting):
+            log.warning("handing over with a /new still resetting its session")
         unfinished = [key for key in interrupted
                       if router.ask(key, DrainResult()) != "completed"]
         if unfinished and gw.store.outage is None:
@@ -210,12 +216,14 @@ class NodeSessions:
                    and belongs(row["session_key"])
                    for row in gw.store.ledger_rows("attempting"))
 
-    def _wait(self, keys: list[str], deadline: float) -> list[str]:
-        """Wait until none of ``keys`` runs a turn or ``deadline`` passes; those still
-        running."""
+    def _wait(self, keys: list[str], deadline: float,
+              busy: Callable[[Any], bool] | None = None) -> list[str]:
+        """Wait until none of ``keys`` runs a turn (is ``busy``, given its statistics) or
+        ``deadline`` passes; those still running."""
         router = self._gw._live_router
+        busy = busy or _running
         while True:
-            keys = [key for key in keys if _running(router.ask(key, GetStatistics()))]
+            keys = [key for key in keys if busy(router.ask(key, GetStatistics()))]
             if not keys or time.monotonic() >= deadline:
                 return keys
             time.sleep(_DRAIN_LOOK)
@@ -223,3 +231,7 @@ class NodeSessions:
 
 def _running(stats: Any) -> bool:
     return stats is not None and bool(stats.running)
+
+
+def _resetting(stats: Any) -> bool:
+    return stats is not None and bool(stats.resetting)

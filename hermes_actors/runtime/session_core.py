@@ -147,6 +147,8 @@ class SessionStatistics(NamedTuple):
     last_activity: float
     #: Turns finished by this actor incarnation.
     turns: int
+    #: Whether a ``/new``'s reset is under way (its worker has not reported back).
+    resetting: bool = False
 
 
 # -- effects (what the actor carries out) -----------------------------------------------------
@@ -365,6 +367,7 @@ class SessionCore:
             interrupting=bool(self.running and self.running.interrupting),
             last_activity=self.last_activity,
             turns=self.turns,
+            resetting=self.resetting > 0,
         )
 
     # -- events ---------------------------------------------------------------------------

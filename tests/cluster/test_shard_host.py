@@ -411,6 +411,48 @@ class TestSettleDeliveries:
             gw.stop()
 
 
+class TestDrainSessions:
+    """A handover's drain of a shard's sessions answers a /new whose reset is under way
+    before it goes on (cut off, the new owner would replay it and reset the session again)."""
+
+    def test_a_new_resetting_its_session_is_answered_first(self, tmp_path):
+        from hermes_actors import Gateway, InMemoryAdapter
+        from hermes_actors.runtime.node_sessions import NodeSessions
+        from hermes_actors.runtime.session_actor import NEW_SESSION
+
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(tmp_path / "home", adapters=[adapter])
+        gw.start()
+        entered, go = threading.Event(), threading.Event()
+        try:
+            event = MessageEvent(source=SessionSource("telegram", chat_id="1"), text="hi")
+            gw.submit(event)
+            assert gw.wait_idle(30)
+            reset = gw.store.reset_session
+
+            def held_reset(*args, **kwargs):
+                entered.set()
+                assert go.wait(30)
+                return reset(*args, **kwargs)
+
+            gw.store.reset_session = held_reset
+            gw.submit(MessageEvent(source=event.source, text="/new"))
+            assert entered.wait(30)
+            key = gw.store.session_key_for(event.source)
+            at_return: list[list[str]] = []
+            drain = threading.Thread(target=lambda: (
+                NodeSessions(gw).drain_sessions(lambda k: k == key),
+                at_return.append(adapter.texts())))
+            drain.start()
+            drain.join(timeout=1)  # (without the wait, the drain is back already)
+            go.set()
+            drain.join(timeout=30)
+            assert at_return == [["echo: hi", NEW_SESSION]]
+        finally:
+            go.set()
+            gw.stop()
+
+
 class TestFencedError:
     """A refusal keeps its shard and epoch across a process boundary (pickled)."""
 
