@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from hermes_actors.model.commands import spec
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.timeutil import epoch
@@ -140,4 +141,7 @@ def _becomes_turn(event: MessageEvent) -> bool:
     if event.internal:
         return False
     command = event.command
-    return command is None or command.becomes_turn
+    if command is None or command.becomes_turn:
+        return True
+    # a /queue with media and no prompt text is a turn too (only one with neither is not)
+    return spec(command.name).turn and bool(event.media_urls)

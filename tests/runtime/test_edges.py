@@ -210,6 +210,19 @@ class TestRecoveryRules:
         assert "recovery_note" not in events[0][1].metadata
         assert "recovery_note" in events[1][1].metadata
 
+    def test_note_rides_on_a_queue_with_only_media(self):
+        # "/queue" with a photo and no prompt text is a turn of its own (§8): the note rides
+        # on it, and no empty wake-up runs before it as a second turn (§17.21)
+        marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
+        resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                                 resume_pending=True, resume_reason="restart_interrupted",
+                                 last_resume_marked_at=marked)
+        photo = MessageEvent(source=SRC, text="/queue", media_urls=("https://x/p.jpg",))
+        events, resumed = plan_startup_dispatch([resumable], [(KEY, photo)])
+        assert resumed == [KEY]
+        assert len(events) == 1 and not events[0][1].internal
+        assert events[0][1].metadata["recovery_note"]
+
     def test_only_command_waiting_gets_a_wakeup(self):
         marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
         resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
