@@ -101,7 +101,9 @@ def plan_startup_dispatch(
     A resumable session that already has a human message waiting (replayed or held) gets no
     empty wake-up: the note rides on its first waiting message instead (§17.21). Replayed
     events are flagged ``replayed`` so they queue behind a running turn instead of
-    interrupting it. Returns the ordered events and the resumed session keys.
+    interrupting it; so are ``held`` ones (they were queued by the gate, §7 step 5: one
+    does not cut the turn of the one before it, which may carry the note), which are still
+    acknowledged as new messages. Returns the ordered events and the resumed session keys.
     """
     pending, held = list(pending), list(held)
     # The note rides only on a waiting message that becomes a turn: a human message that is
@@ -130,10 +132,11 @@ def plan_startup_dispatch(
             metadata["recovery_note"] = note
         replay.append((key, replace(event, metadata=metadata)))
     for key, event in held:
+        metadata = {**event.metadata, "held": True}
         note = notes.pop(key, None) if _becomes_turn(event) else None
         if note is not None:
-            event = replace(event, metadata={**event.metadata, "recovery_note": note})
-        replay.append((key, event))
+            metadata["recovery_note"] = note
+        replay.append((key, replace(event, metadata=metadata)))
     return wakeups + replay, resumed
 
 

@@ -384,10 +384,11 @@ class SessionCore:
             self.queue.enqueue_fifo(Queued.of(event, "internal"))
         elif self.running is None and not self.queue:
             self.queue.enqueue_fifo(Queued.of(event, "followup"))
-        elif event.metadata.get("replayed"):
-            # Replayed after a restart: it was already waiting before, so it queues behind
-            # the running turn (merging like a follow-up in interrupt mode) and interrupts
-            # nothing.
+        elif event.metadata.get("replayed") or (
+                self.busy_input_mode == "interrupt" and event.metadata.get("held")):
+            # Replayed after a restart, or held by the restore gate while the start
+            # recovered: it was already waiting, so it queues behind the running turn
+            # (merging like a follow-up in interrupt mode) and interrupts nothing.
             if self.busy_input_mode == "interrupt":
                 self.queue.merge_followup(Queued.of(event, "followup"))
             else:

@@ -262,6 +262,53 @@ class TestMessagesDuringRecovery:
             go.set()
             gw.stop(drain_timeout=5)
 
+    def test_held_messages_queue_behind_the_one_carrying_the_note(self, tmp_path,
+                                                                   monkeypatch):
+        # interrupt mode: two messages come while the start recovers; both were held (queued,
+        # §7 step 5), so the second waits for the first, which carries the resume note,
+        # instead of cutting it: the interrupted task is continued and both are answered
+        import threading
+
+        from hermes_actors import MessageEvent
+        from hermes_actors.runtime.supervisor import SupervisorActor
+        from hermes_actors.testing import Gates, ScriptedAgent
+
+        clock, home, gates = FakeClock(), tmp_path / "home", Gates()
+        key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumed
+        reached, go = threading.Event(), threading.Event()
+        candidates = SupervisorActor._auto_continue_candidates
+
+        def paused(self):  # recovery waits here while the messages come
+            reached.set()
+            assert go.wait(10)
+            return candidates(self)
+
+        monkeypatch.setattr(SupervisorActor, "_auto_continue_candidates", paused)
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(home, config=load_config({}, env={}),
+                     agent_factory=lambda _ctx: ScriptedAgent(gates=gates),
+                     adapters=[adapter], clock=clock)
+        reports: list = []
+        starter = threading.Thread(target=lambda: reports.append(gw.start()))
+        starter.start()
+        try:
+            assert reached.wait(10)
+            source = SessionSource("telegram", chat_id="2", user_id="7")
+            gw.submit(MessageEvent(source=source, text="hold g"))
+            gw.submit(MessageEvent(source=source, text="again"))
+            go.set()
+            starter.join(10)
+            assert reports[0].resumed == [key]
+            gw.session_statistics(key)  # both held messages reached the actor
+            gates.open("g")
+            assert gw.wait_idle(10)
+            assert adapter.texts("2") == ["resumed: q2\nheld g", "echo: again"]
+            assert not gw.store.get(key).resume_pending
+        finally:
+            go.set()
+            gates.open_all()
+            gw.stop(drain_timeout=5)
+
 
 class TestAFailedStart:
     """A start that fails stops what it started: the gateway is not running, takes no
