@@ -99,7 +99,8 @@ def plan_startup_dispatch(
     the events ``held`` by the restore gate (submitted during recovery).
 
     A resumable session that already has a human message waiting (replayed or held) gets no
-    empty wake-up: the note rides on its first waiting message instead (§17.21). Replayed
+    empty wake-up: the note rides on its first waiting message instead (§17.21); one whose
+    first waiting turn is behind a ``/new`` or ``/reset`` is not resumed (§6). Replayed
     events are flagged ``replayed`` so they queue behind a running turn instead of
     interrupting it; so are ``held`` ones (they were queued by the gate, §7 step 5: one
     does not cut the turn of the one before it, which may carry the note), which are still
@@ -107,13 +108,23 @@ def plan_startup_dispatch(
     """
     pending, held = list(pending), list(held)
     # The note rides only on a waiting message that becomes a turn: a human message that is
-    # not a command, or a /queue with a prompt (a /status would swallow it).
-    waiting = {key for key, event in pending + held if _becomes_turn(event)}
+    # not a command, or a /queue with a prompt (a /status would swallow it). A /new or
+    # /reset waiting before any such message is the user's cut (§6): that session is not
+    # continued at all (its reset clears the flag).
+    waiting: dict[str, bool] = {}  # key -> whether its first decisive event is a turn
+    for key, event in pending + held:
+        if key not in waiting:
+            if _becomes_turn(event):
+                waiting[key] = True
+            elif _is_reset(event):
+                waiting[key] = False
     notes: dict[str, str] = {}
     wakeups: list[tuple[str, MessageEvent]] = []
     resumed: list[str] = []
     for entry in candidates:
         assert entry.origin is not None  # auto_continue_candidates keeps only those
+        if waiting.get(entry.session_key) is False:
+            continue
         text = resume_note(entry.resume_reason)
         resumed.append(entry.session_key)
         if entry.session_key in waiting:
@@ -138,6 +149,11 @@ def plan_startup_dispatch(
             metadata["recovery_note"] = note
         replay.append((key, replace(event, metadata=metadata)))
     return wakeups + replay, resumed
+
+
+def _is_reset(event: MessageEvent) -> bool:
+    command = None if event.internal else event.command
+    return command is not None and command.name in ("new", "reset")
 
 
 def _becomes_turn(event: MessageEvent) -> bool:

@@ -223,6 +223,32 @@ class TestRecoveryRules:
         assert len(events) == 1 and not events[0][1].internal
         assert events[0][1].metadata["recovery_note"]
 
+    @pytest.mark.parametrize("word", ["/new", "/reset"])
+    def test_a_waiting_new_is_not_preceded_by_a_resume(self, word):
+        # the user cut the conversation before the restart: the interrupted task is not
+        # continued first (no wake-up in the old session, no note in the new one, §6)
+        marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
+        resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                                 resume_pending=True, resume_reason="restart_interrupted",
+                                 last_resume_marked_at=marked)
+        new = MessageEvent(source=SRC, text=word)
+        hello = MessageEvent(source=SRC, text="hello")
+        events, resumed = plan_startup_dispatch([resumable], [(KEY, new)], [(KEY, hello)])
+        assert resumed == []
+        assert [e.text for _, e in events] == [word, "hello"]
+        assert all("recovery_note" not in e.metadata for _, e in events)
+
+    def test_a_new_after_a_waiting_message_lets_the_note_ride_on_it(self):
+        marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
+        resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,
+                                 resume_pending=True, resume_reason="restart_interrupted",
+                                 last_resume_marked_at=marked)
+        hello, new = MessageEvent(source=SRC, text="hello"), MessageEvent(source=SRC, text="/new")
+        events, resumed = plan_startup_dispatch([resumable], [(KEY, hello), (KEY, new)])
+        assert resumed == [KEY]
+        assert [e.text for _, e in events] == ["hello", "/new"]
+        assert "recovery_note" in events[0][1].metadata
+
     def test_only_command_waiting_gets_a_wakeup(self):
         marked = datetime.fromtimestamp(1_700_000_000, tz=timezone.utc)
         resumable = SessionEntry(KEY, "20231114_221310_abcdef12", origin=SRC,

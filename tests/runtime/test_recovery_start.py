@@ -310,6 +310,36 @@ class TestMessagesDuringRecovery:
             gw.stop(drain_timeout=5)
 
 
+def test_a_new_waiting_in_the_inbox_is_not_preceded_by_a_resumed_turn(tmp_path):
+    # the user sent /new just before the crash: at the start the old task is not continued
+    # first (a turn that the /new then cuts); the /new simply starts a new session
+    from hermes_actors import MessageEvent
+    from hermes_actors.runtime.session_core import NEW_SESSION
+
+    clock, home, runs = FakeClock(), tmp_path / "home", []
+    key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumable
+    store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+    old = store.get(key).session_id
+    store.accept_event(key, MessageEvent(source=SessionSource("telegram", chat_id="2",
+                                                              user_id="7"), text="/new"))
+    store.close()
+    adapter = InMemoryAdapter("telegram")
+    gw = Gateway(home, config=load_config({}, env={}),
+                 agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
+                 clock=clock)
+    try:
+        report = gw.start()
+        assert gw.wait_idle(10)
+        assert report.resumed == []
+        assert adapter.texts("2") == [NEW_SESSION]
+        assert runs == []
+        entry = gw.store.get(key)
+        assert entry.prev_session_id == old and not entry.resume_pending
+        assert [m["content"] for m in gw.store.load_transcript(old)] == ["q2"]
+    finally:
+        gw.stop(drain_timeout=5)
+
+
 class TestAFailedStart:
     """A start that fails stops what it started: the gateway is not running, takes no
     message, leaves no actor behind, and gives the home back."""
