@@ -16,6 +16,7 @@ from hermes_actors.adapters.base import Outgoing
 from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.recovery_rules import redelivery_answers_resume
 
 __all__ = ["sweep_ledger"]
 
@@ -24,7 +25,8 @@ def sweep_ledger(store: Any, delivery: Any,
                  belongs: Callable[[str], bool] | None = None) -> int:
     """Deliver owed rows: ``pending`` plainly, uncertain or recovered ones prefixed; only
     those of the sessions ``belongs`` picks, when given (a cluster node's shards). A
-    delivered reply clears its session's resume flag. Returns how many were delivered."""
+    delivered reply clears its session's resume flag when it answers the turn to resume.
+    Returns how many were delivered."""
     # A row this very boot is sending is refused by the claim (owner node AND boot), so
     # only rows of earlier boots, uncertain after a crash, are taken up again. In a
     # cluster only the shard's owner sweeps its rows: a row another node was attempting
@@ -43,8 +45,21 @@ def sweep_ledger(store: Any, delivery: Any,
         answers = tuple((row.get("in_reply_to") or "").split())
         batch.append((row["obligation_id"], Outgoing(target, text, row["kind"], answers)))
         if row["kind"] in ("reply", "recovered"):
-            replies[row["obligation_id"]] = row["session_key"]
+            replies[row["obligation_id"]] = (row["session_key"], float(row["created_at"]))
     # claims, sends and outcomes batched: three commits for the whole sweep
     sent = delivery.attempt_many(batch)
-    store.clear_resume_pending_many(replies[oid] for oid in sent if oid in replies)
+    store.clear_resume_pending_many(replies[oid][0] for oid in sent
+                                    if oid in replies and _answers_resume(store, *replies[oid]))
     return len(sent)
+
+
+def _answers_resume(store: Any, session_key: str, created_at: float) -> bool:
+    """Whether a redelivered reply recorded at ``created_at`` answers the turn its session
+    is flagged to resume (not an earlier turn's reply that waited meanwhile)."""
+    entry = store.get(session_key)
+    if entry is None or not entry.resume_pending:
+        return False  # nothing to clear
+    transcript = store.load_transcript(entry.session_id)
+    last_user = next((m.get("timestamp") for m in reversed(transcript)
+                      if m.get("role") == "user"), None)
+    return redelivery_answers_resume(created_at, last_user)

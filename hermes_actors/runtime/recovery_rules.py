@@ -27,6 +27,7 @@ __all__ = [
     "next_restart_counts",
     "plan_startup_dispatch",
     "record_boot",
+    "redelivery_answers_resume",
     "resume_note",
 ]
 
@@ -58,6 +59,18 @@ def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str],
     kept = {key: int(counts[key]) for key in waiting if key in counts and key not in mid}
     kept.update((key, int(counts.get(key, 0)) + 1) for key in mid)
     return dict(sorted(kept.items()))
+
+
+def redelivery_answers_resume(created_at: float, last_user_message_at: float | None) -> bool:
+    """Whether a reply the ledger sweep redelivered answers the turn its session is flagged
+    to resume (§7 step 3: then the resume is cleared, no double answer).
+
+    ``created_at``: when the reply was recorded; ``last_user_message_at``: the timestamp of
+    the last user message of the session's transcript (the interrupted turn's), epoch
+    seconds, ``None`` when it has none. A reply recorded before that message is an earlier
+    turn's answer that waited in the ledger: the interrupted turn still resumes.
+    """
+    return last_user_message_at is None or created_at >= last_user_message_at
 
 
 def record_boot(boots: Iterable[float], now: float, window: float,

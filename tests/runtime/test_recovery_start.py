@@ -340,6 +340,78 @@ def test_a_new_waiting_in_the_inbox_is_not_preceded_by_a_resumed_turn(tmp_path):
         gw.stop(drain_timeout=5)
 
 
+def test_an_earlier_turns_owed_reply_does_not_cancel_the_resume_of_a_later_one(tmp_path):
+    # turn 1's reply failed to send (it waits in the ledger for a sweep); turn 2 was
+    # mid-turn at the crash. The restart redelivers reply 1 AND resumes turn 2: the
+    # redelivered reply answers turn 1, not the message of turn 2
+    clock, home, runs = FakeClock(), tmp_path / "home", []
+    store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+    entry = store.get_or_create_session(SessionSource("telegram", chat_id="3", user_id="7"))
+    key, sid = entry.session_key, entry.session_id
+    first = store.begin_turn(key, sid, user_message={"role": "user", "content": "one"})
+    oid = store.ledger_record(session_key=key, platform="telegram", chat_id="3",
+                              thread_id=None, content="echo: one", kind="reply", token=first,
+                              clear_turn=True, claim=True,
+                              reply=(sid, {"role": "assistant", "content": "echo: one"}))
+    assert store.ledger_finish(oid, "failed", error="network") == "failed"
+    clock.advance(1)
+    store.begin_turn(key, sid, user_message={"role": "user", "content": "two"})
+    store.close()  # ... and the process dies mid-turn
+    adapter = InMemoryAdapter("telegram")
+    gw = Gateway(home, config=load_config({}, env={}),
+                 agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
+                 clock=clock)
+    try:
+        report = gw.start()
+        assert gw.wait_idle(10)
+        assert report.redelivered == 1
+        assert report.resumed == [key]
+        assert adapter.texts("3")[0] == RECOVERED_PREFIX + "echo: one"
+        assert len(runs) == 1 and "System note" in runs[0]  # turn 2 is continued
+    finally:
+        gw.stop(drain_timeout=5)
+
+
+def test_an_earlier_owed_reply_does_not_cancel_the_resume_after_a_drain_deadline(tmp_path):
+    # the same after a graceful stop: reply 1 failed to send, turn 2 was cut at the drain
+    # deadline (flagged to resume); the next start sends reply 1 and still continues turn 2
+    from hermes_actors import MessageEvent
+    from hermes_actors.testing import Gates, ScriptedAgent
+
+    home, gates, log, clock = tmp_path / "home", Gates(), [], FakeClock()
+    source = SessionSource("telegram", chat_id="4", user_id="7")
+    key = "agent:main:telegram:dm:4"
+
+    def boot():
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(home, config=load_config({}, env={}),
+                     agent_factory=lambda _ctx: ScriptedAgent(gates=gates, log=log),
+                     adapters=[adapter], clock=clock)
+        return gw, adapter, gw.start()
+
+    gw, adapter, _ = boot()
+    try:
+        adapter.fail_sends = True
+        gw.submit(MessageEvent(source=source, text="one"))
+        assert gw.wait_idle(10)
+        adapter.fail_sends = False
+        clock.advance(1)
+        gw.submit(MessageEvent(source=source, text="wait g"))
+        assert gates.wait_until_waiting("g")
+    finally:
+        gw.stop(drain_timeout=0.2)
+    assert gw.stopped_cleanly
+    gw, adapter, report = boot()
+    try:
+        assert gw.wait_idle(10)
+        assert report.redelivered == 1 and report.resumed == [key]
+        assert adapter.texts("4")[0] == RECOVERED_PREFIX + "echo: one"
+        assert any(seen.message.startswith("[System note:") for seen in log)
+    finally:
+        gates.open_all()
+        gw.stop(drain_timeout=5)
+
+
 class TestAFailedStart:
     """A start that fails stops what it started: the gateway is not running, takes no
     message, leaves no actor behind, and gives the home back."""
