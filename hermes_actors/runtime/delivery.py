@@ -40,6 +40,7 @@ from hermes_actors.adapters.base import (
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.guard import is_greenlet_exit
 from hermes_actors.store.ledger import MAX_ATTEMPTS
 
 __all__ = ["RECOVERED_PREFIX", "Delivery", "NoticePool", "Owed"]
@@ -275,7 +276,10 @@ class Delivery:
             if not isinstance(result, SendResult):
                 result = SendResult(bool(result.success), error=result.error,
                                     permanent=bool(getattr(result, "permanent", False)))
-        except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
+        except BaseException as exc:  # noqa: BLE001 - an adapter bug is a failed attempt
+            # SystemExit too: escaping a notice actor, it would make pykka stop every actor
+            if isinstance(exc, KeyboardInterrupt) or is_greenlet_exit(exc):
+                raise
             log.exception("adapter %s raised while sending", platform)
             result = SendResult(False, error=f"{type(exc).__name__}: {exc}")
         crashpoint("after_send_before_delivered")

@@ -234,3 +234,28 @@ class TestSweepOutsideTheSupervisor:
             tick.join(timeout=30)
         assert _row(gateway)["state"] == "delivered"
         assert gateway.stats()["supervisor"]["redelivered"] == 1
+
+
+class ExitingAdapter(ScriptedAdapter):
+    """Its second send (the notice) raises ``SystemExit`` (a plugin's bug)."""
+
+    def send(self, target, text):
+        if len(self.calls) == 1:
+            self.calls.append(text)
+            raise SystemExit(3)
+        return super().send(target, text)
+
+
+class TestAdapterBug:
+    def test_a_send_raising_system_exit_is_a_failed_attempt(self, run):
+        adapter = ExitingAdapter()
+        gateway = run(adapter, FakeClock())
+        source = SessionSource("telegram", chat_id="42")
+        gateway.submit(MessageEvent(source=source, text="/help"))  # sent by a notice actor
+        assert gateway.wait_idle(timeout=30)
+        notice = [r for r in gateway.store.ledger_rows() if r["kind"] == "notice"]
+        assert [(r["state"], "SystemExit" in r["last_error"]) for r in notice] == [
+            ("failed", True)]
+        gateway.submit(MessageEvent(source=source, text="again"))
+        assert gateway.wait_idle(timeout=30)
+        assert adapter.calls[-1] == "echo: again" and gateway.stats()["state"] == "running"
