@@ -117,6 +117,8 @@ def decode_json_body(raw: bytes) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise RequestError(400, "malformed JSON: nested too deeply") from None
+    except ValueError:  # an integer beyond Python's digit limit (4,300 by default)
+        raise RequestError(400, "malformed JSON: a number has too many digits") from None
     if not isinstance(data, dict):
         raise RequestError(400, f"request body must be a JSON object, not {_json_type(data)}")
     if "\\u" in text and not _encodable(data):  # (only escapes can make a lone surrogate)

@@ -107,6 +107,7 @@ class TestDecodeBody:
         (b"\xff{}", "not valid UTF-8"), (b"", "empty"), (b"{nope", "malformed JSON"),
         (b"[1, 2]", "not an array"), (b'"text"', "not a string"), (b"null", "not null"),
         (b"[" * 100000, "JSON"),
+        (b'{"chat_id": ' + b"9" * 5000 + b', "text": "x"}', "malformed JSON"),
     ])
     def test_unreadable_bodies_are_400(self, raw, fragment):
         error = _refused(decode_json_body, raw)
