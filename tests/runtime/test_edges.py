@@ -15,7 +15,7 @@ from hermes_actors import (
     TurnResult,
     load_config,
 )
-from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.errors import ConfigError, StoreError, StoreUnavailableError
 from hermes_actors.model.context import build_session_context
 from hermes_actors.model.entry import SessionEntry
 from hermes_actors.runtime import turn as turn_module
@@ -532,3 +532,15 @@ class TestTurnContext:
                                          connected_platforms=["local", "telegram"])
         gw.stop()
         assert seen == [expected]
+
+
+class TestConfigArgument:
+    """``Gateway(config=...)`` takes a GatewayConfig (or None): a mapping or a path, given
+    where ``load_config(...)`` was meant, is refused at once with a message that says so."""
+
+    @pytest.mark.parametrize("config", [{"busy_input_mode": "queue"}, "config.yaml", 5])
+    def test_not_a_gateway_config(self, tmp_path, config):
+        home = tmp_path / "home"
+        with pytest.raises(ConfigError, match=r"load_config"):
+            Gateway(home, config=config, agent_factory=lambda ctx: ScriptedAgent())
+        assert not home.exists()  # nothing was taken or written
