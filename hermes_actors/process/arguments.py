@@ -24,6 +24,15 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _host(text: str) -> str:
+    """Not blank (as ``http.host``): an empty ``--host`` would listen on every interface."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"invalid host {text!r} (an address or a name to listen on, such as 127.0.0.1, "
+            "or 0.0.0.0 for every interface)")
+    return text.strip()
+
+
 #: The longest ``send --wait`` waits (seconds): a day.
 MAX_WAIT = 86400
 
@@ -50,7 +59,7 @@ def _configure_config(parser: argparse.ArgumentParser) -> None:
 def configure_run(parser: argparse.ArgumentParser) -> None:
     """``run [--config FILE] [--agent KIND] [--host H] [--port P]``."""
     _configure_config(parser)
-    parser.add_argument("--host", help="address to listen on (default: http.host, 127.0.0.1)")
+    parser.add_argument("--host", type=_host, help="address to listen on (default: http.host, 127.0.0.1)")
     parser.add_argument("--port", type=_port,
                         help="port to listen on (default: http.port, 8642; 0 picks a free one)")
 

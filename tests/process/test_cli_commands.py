@@ -216,6 +216,18 @@ class TestUsage:
         assert main(["run", "--port", "70000"]) == 2
         assert "invalid port" in capsys.readouterr().err
 
+    @pytest.mark.parametrize("host", ["", "  "])
+    def test_blank_host_exits_2_instead_of_listening_everywhere(self, host, tmp_path):
+        # http.host refuses a blank value; --host "" (an unset $HOST) listened on every
+        # interface instead of loopback
+        result = run_cli("run", "--home", str(tmp_path / "h"), "--host", host, "--port", "0",
+                         timeout=30)
+        assert result.returncode == 2
+        assert result.stderr == (f"hermes-actors: error: hermes-actors run: argument --host: "
+                                 f"invalid host {host!r} (an address or a name to listen on, "
+                                 f"such as 127.0.0.1, or 0.0.0.0 for every interface)\n")
+        assert not (tmp_path / "h").exists()
+
     @pytest.mark.parametrize("timeout", ["inf", "nan", "1e400", "0", "-1", "86401",
                                          "soon"])
     def test_bad_send_timeout_exits_2_before_posting(self, timeout, capsys):
