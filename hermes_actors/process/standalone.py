@@ -294,7 +294,9 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
         _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
         # A second signal calls stop(drain_timeout=0), which cuts the running drain short.
         hurry = gevent.spawn(_hurry, slot, signals)
-        slot.current.stop(drain_timeout=config.restart_drain_timeout)
+        if slot.current.running or not slot.replacing:
+            # (a signal during an outage's stop leaves that stop running: not waited for)
+            slot.current.stop(drain_timeout=config.restart_drain_timeout)
         hurry.kill()
         pruner.kill()
     finally:

@@ -322,7 +322,8 @@ class Gateway:
         and mark the rest for resumption, flush state and write ``.clean_shutdown``.
 
         Called again with ``drain_timeout=0`` while a stop drains (a second SIGINT), it cuts
-        the drain short: running turns are interrupted and marked at once. Every step runs
+        the drain short: running turns are interrupted and marked at once. Called again
+        otherwise (another thread), it returns once that stop is done. Every step runs
         even when an earlier one fails (full disk, a hung agent), and the marker is always
         attempted, as the last write before the store closes.
         """
@@ -330,6 +331,9 @@ class Gateway:
             if self._state == "stopping" and drain_timeout == 0:
                 log.warning("forced stop: interrupting running turns now")
                 self._turns.cut()
+                return
+            if self._state == "stopping":  # another thread's stop: done once it is
+                self._lock.wait_for(lambda: self._state == "stopped")
                 return
             if self._state != "running":
                 return
@@ -374,8 +378,10 @@ class Gateway:
             else:
                 if name == "marker":
                     self.stopped_cleanly = True
-        self._state = "stopped"
         self._release_home()
+        with self._lock:
+            self._state = "stopped"
+            self._lock.notify_all()  # a stop() called meanwhile returns now
 
     def _release_home(self) -> None:
         if self._owns_home_lock:  # a host's lock is the host's to release

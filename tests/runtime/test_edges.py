@@ -544,3 +544,26 @@ class TestConfigArgument:
         with pytest.raises(ConfigError, match=r"load_config"):
             Gateway(home, config=config, agent_factory=lambda ctx: ScriptedAgent())
         assert not home.exists()  # nothing was taken or written
+
+
+class TestSecondStop:
+    """A ``stop()`` called while another thread's stop drains returns only once the gateway
+    is stopped (the home free, the marker written): a host that stops from a signal handler
+    and from ``with``'s exit must not go on while turns still run."""
+
+    def test_second_stop_waits_for_the_first(self, tmp_path):
+        gates = Gates()
+        gw, adapter = gateway(tmp_path, factory=lambda ctx: ScriptedAgent(gates=gates))
+        submit(gw, "hold g")
+        assert gates.wait_until_waiting("g")
+        first = threading.Thread(target=gw.stop, kwargs={"drain_timeout": 30})
+        first.start()
+        assert gw._stopping.wait(10)
+        # the held turn ends a little later (were it earlier, the test would just pass)
+        opener = threading.Timer(0.5, gates.open, args=("g",))
+        opener.start()
+        gw.stop()
+        assert gw.stats()["state"] == "stopped" and gw.stopped_cleanly
+        assert adapter.texts() == ["held g"]
+        first.join(30)
+        opener.join(10)
