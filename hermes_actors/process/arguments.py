@@ -33,6 +33,15 @@ def _host(text: str) -> str:
     return text.strip()
 
 
+def _chat_id(text: str) -> str:
+    """An id a session key can hold (as ``POST /v1/messages`` checks ``chat_id``): the store
+    refuses a key with ``..`` in it."""
+    if ".." in text or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(
+            f"invalid chat id {text!r} (it may not contain '..' or control characters)")
+    return text
+
+
 #: The longest ``send --wait`` waits (seconds): a day.
 MAX_WAIT = 86400
 
@@ -68,7 +77,8 @@ def configure_chat(parser: argparse.ArgumentParser) -> None:
     """``chat [--config FILE] [--agent KIND] [--chat-id ID] [--user-id ID] [--url URL]
     [--token T]``."""
     _configure_config(parser)
-    parser.add_argument("--chat-id", default="console", help="chat id (default: console)")
+    parser.add_argument("--chat-id", default="console", type=_chat_id,
+                        help="chat id (default: console)")
     parser.add_argument("--user-id", help="your user id (default: your login name)")
     parser.add_argument("--url", help="talk to the gateway running at URL (its HTTP API and "
                         "event stream) instead of opening the home")

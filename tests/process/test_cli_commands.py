@@ -125,6 +125,15 @@ class TestChat:
         ran = run_cli("run", "--home", str(home), "--port", "0")
         assert (ran.returncode, ran.stderr) == (1, expected)
 
+    @pytest.mark.parametrize("chat_id", ["../x", "a..b", "tab\there"])
+    def test_a_chat_id_that_cannot_name_a_session_is_one_line(self, chat_id, tmp_path):
+        result = run_cli("chat", "--home", str(tmp_path / "home"), "--chat-id", chat_id,
+                         stdin="hello\n")
+        assert result.returncode == 2
+        assert result.stderr == (f"hermes-actors: error: hermes-actors chat: argument "
+                                 f"--chat-id: invalid chat id {chat_id!r} (it may not "
+                                 f"contain '..' or control characters)\n")
+
     def test_chat_uses_home_from_env(self, tmp_path):
         home = tmp_path / "envhome"
         result = run_cli("chat", stdin="x\n", env={"HERMES_HOME": str(home)}, cwd=tmp_path)
