@@ -25,7 +25,8 @@ from typing import Any
 
 from hermes_actors.process.sse import StreamReader, StreamRefused
 
-__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal", "send"]
+__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal",
+           "readable_text", "send"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
@@ -41,6 +42,17 @@ RETRY_LATER = frozenset({408, 429})
 def is_refusal(status: int) -> bool:
     """Whether an HTTP ``status`` refuses the request itself (a client mistake: exit 2)."""
     return 400 <= status < 500 and status not in RETRY_LATER
+
+
+def readable_text(text: str) -> str:
+    """``text`` as typed (a console line, a command-line argument) with every byte that was
+    not UTF-8 as U+FFFD: Python keeps such a byte as a lone surrogate, which no store can
+    write and JSON carries only as an escape the gateway refuses."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding made: not from a terminal
+        raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace")
 
 
 class ClientError(Exception):
@@ -141,7 +153,7 @@ def send(client: GatewayClient, options: SendOptions,
     try:
         accepted = client.post_message({
             "chat_id": options.chat_id, "user_id": options.user_id,
-            "platform": options.platform, "text": options.text,
+            "platform": options.platform, "text": readable_text(options.text),
         })  # fmt: skip
         if stream is None:
             out(f"accepted session_key={accepted['session_key']} "

@@ -27,6 +27,7 @@ from hermes_actors.config import GatewayConfig
 from hermes_actors.errors import CommandFailed
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
+from hermes_actors.process.client import readable_text
 
 __all__ = ["QUIT_WORDS", "ConsoleAdapter", "chat", "remote_chat"]
 
@@ -92,7 +93,7 @@ def _loop(gateway, source: SessionSource, stdin: TextIO, stdout: TextIO,
             return
         if not line:
             return
-        text = line.rstrip("\r\n")
+        text = readable_text(line.rstrip("\r\n"))
         if text.strip().lower() in QUIT_WORDS:
             return
         if not text.strip():
@@ -130,7 +131,7 @@ def remote_chat(client: Any, *, chat_id: str = "console", user_id: str | None = 
             line = stdin.readline()
             if not line or line.strip().lower() in QUIT_WORDS:
                 return 0
-            text = line.rstrip("\r\n")
+            text = readable_text(line.rstrip("\r\n"))
             if not text.strip():
                 continue
             accepted = client.post_message({**fields, "text": text})

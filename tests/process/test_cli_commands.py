@@ -12,7 +12,7 @@ from hermes_actors.cli import main
 from hermes_actors.process.client import GatewayClient, SendOptions, send
 from hermes_actors.testing import node_values
 
-from .conftest import TOKEN, run_cli
+from .conftest import TOKEN, clean_env, run_cli
 
 
 class TestSend:
@@ -23,6 +23,15 @@ class TestSend:
                          env={"HERMES_HTTP_TOKEN": TOKEN})
         assert result.returncode == 0, result.stderr
         assert result.stdout == "echo: hello there\n"
+
+    def test_send_wait_takes_a_text_that_is_not_utf8(self, shared_gateway):
+        # an argument typed in a Latin-1 terminal: its byte is U+FFFD, not a 400 refusal
+        result = subprocess.run(
+            [sys.executable, "-m", "hermes_actors", "send", "--wait", "--chat-id", "latin",
+             "caf\xe9".encode("latin-1"), "--url", shared_gateway.url, "--token", TOKEN],
+            capture_output=True, env=clean_env(), timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode("utf-8") == "echo: caf\ufffd\n"
 
     def test_send_without_wait_prints_the_acceptance(self, shared_gateway):
         result = run_cli("send", "hi", "--chat-id", "cli-2", "--url", shared_gateway.url,
@@ -133,6 +142,16 @@ class TestChat:
         assert result.stderr == (f"hermes-actors: error: hermes-actors chat: argument "
                                  f"--chat-id: invalid chat id {chat_id!r} (it may not "
                                  f"contain '..' or control characters)\n")
+
+    def test_a_line_that_is_not_utf8_is_answered_and_the_session_goes_on(self, tmp_path):
+        # a Latin-1 terminal: the line's undecodable byte becomes U+FFFD instead of a
+        # refused write that ended the whole session (and dropped the lines after it)
+        result = subprocess.run(
+            [sys.executable, "-m", "hermes_actors", "chat", "--home", str(tmp_path / "home")],
+            input="café\nhello\n".encode("latin-1"), capture_output=True, env=clean_env(),
+            timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode("utf-8") == "echo: caf\ufffd\necho: hello\n"
 
     def test_chat_uses_home_from_env(self, tmp_path):
         home = tmp_path / "envhome"
