@@ -42,6 +42,12 @@ def _chat_id(text: str) -> str:
     return text
 
 
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (an integer >= 0)")
+    return int(text)
+
+
 #: The longest ``send --wait`` waits (seconds): a day.
 MAX_WAIT = 86400
 
@@ -112,7 +118,7 @@ def configure_show(parser: argparse.ArgumentParser) -> None:
     """``sessions show KEY [--tail N]``."""
     parser.add_argument("key", help="the session key, e.g. agent:main:telegram:dm:42")
     parser.add_argument(
-        "--tail", type=int, default=20, help="how many transcript messages (default 20)"
+        "--tail", type=_count, default=20, help="how many transcript messages (default 20)"
     )
 
 

@@ -109,6 +109,15 @@ class TestSessions:
         assert lines[0] == "transcript (1 of 2 messages):"
         assert lines[1].endswith("assistant: echo: hello")
 
+    @pytest.mark.parametrize("tail", ["-1", "-5"])
+    def test_negative_tail_is_a_usage_error(self, capsys, home, populated, tail):
+        # GET /v1/sessions/<key>?tail=-1 is a 422; the command line showed "0 of 2"
+        code, out, err = _run(capsys, "sessions", "show", populated.session_key, "--home",
+                              str(home), "--tail", tail)  # fmt: skip
+        assert (code, out) == (2, "")
+        assert err == (f"hermes-actors: error: hermes-actors sessions show: argument --tail: "
+                       f"invalid count {tail!r} (an integer >= 0)\n")
+
     def test_unknown_key_exits_1(self, capsys, home, populated):
         code, _, err = _run(capsys, "sessions", "show", "agent:main:nope:dm", "--home", str(home))
         assert code == 1 and "no session" in err
