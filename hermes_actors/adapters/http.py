@@ -125,7 +125,12 @@ class _Request:
             if not self._chunked:
                 self.body_pending = False
                 return b""
-            data = stream.read(self._max_body + 1)
+            try:
+                data = stream.read(self._max_body + 1)
+            except TimeoutError:
+                raise
+            except (OSError, ValueError) as exc:  # gevent's _InvalidClientInput: bad chunks
+                raise RequestError(400, f"malformed chunked request body ({exc})") from None
             if len(data) > self._max_body:
                 raise RequestError(413, f"request body too large: {len(data)} bytes "
                                         f"(limit {self._max_body})")

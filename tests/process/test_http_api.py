@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 
@@ -163,6 +164,18 @@ class TestBadInput:
             answer = sock.makefile("rb").read()  # the server closes: no body was read
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 413") and b"too large" in body
+
+    @pytest.mark.parametrize("chunks", [b"zz\r\n{}\r\n0\r\n\r\n",  # a size that is not hex
+                                        b"2\r\n{}XX0\r\n\r\n"])  # no CRLF after the data
+    def test_malformed_chunked_body_is_400(self, shared_gateway, chunks):
+        with socket.create_connection(("127.0.0.1", shared_gateway.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                         b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+            answer = sock.makefile("rb").read()  # closed after the answer
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer
+        assert json.loads(body)["error"].startswith("malformed chunked request body")
 
     def test_chunked_body_over_the_limit_is_413(self, shared_gateway):
         def chunks():
