@@ -37,6 +37,7 @@ from hermes_actors.adapters.http_requests import (
     parse_message,
     parse_outbox_query,
     parse_query,
+    unreadable_request,
 )
 from hermes_actors.adapters.http_stream import EventStream, StreamSlots, parse_stream_query
 from hermes_actors.adapters.outbox import Outbox
@@ -386,6 +387,15 @@ def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _raw_answer(status: int, data: Any) -> bytes:
+    """A whole HTTP/1.1 answer, head and JSON body, closing the connection (what the server
+    sends when it cannot hand a request to the application)."""
+    response = _json(status, data, [("Connection", "close")])
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in response.headers)
+    return head.encode("latin-1") + b"\r\n" + response.body
+
+
 def no_delay(sock: Any) -> None:
     """Send small writes at once on ``sock`` (``TCP_NODELAY``; not a TCP socket: nothing).
 
@@ -408,9 +418,18 @@ def make_server(app: HttpApi, host: str, port: int, *,
     ``socket_timeout`` bounds each read and write on a connection (``http.body_timeout``):
     a client that sends half a request head and then nothing (slow loris), or a kept-alive
     connection idle that long, is closed, so it cannot hold a connection forever."""
-    from gevent.pywsgi import LoggingLogAdapter, WSGIServer
+    from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
+
+    class _Handler(WSGIHandler):
+        def _handle_client_error(self, ex: BaseException) -> tuple[str, bytes]:
+            super()._handle_client_error(ex)  # (logs it)
+            headers = getattr(self, "headers", None)  # (when the head was read that far)
+            length = headers.get("content-length") if headers is not None else None
+            return "400", _raw_answer(400, {"error": unreadable_request(length)})
 
     class _Server(WSGIServer):
+        handler_class = _Handler
+
         def handle(self, sock: Any, address: Any) -> Any:
             no_delay(sock)
             if socket_timeout:

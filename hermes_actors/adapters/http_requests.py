@@ -38,6 +38,7 @@ __all__ = [
     "decode_path",
     "decode_json_body",
     "parse_content_length",
+    "unreadable_request",
     "parse_count",
     "parse_cursor",
     "parse_message",
@@ -86,6 +87,16 @@ def parse_content_length(value: str | None, max_body: int) -> int | None:
     if length > max_body:
         raise RequestError(413, f"request body too large: {length} bytes (limit {max_body})")
     return length
+
+
+def unreadable_request(content_length: str | None) -> str:
+    """The error text for a request the HTTP server could not parse (its request line or a
+    header), given the request's ``Content-Length`` header when it had one."""
+    try:
+        parse_content_length(content_length, max_body=2**63)
+    except RequestError as exc:
+        return exc.message
+    return "malformed HTTP request: its request line or a header cannot be read"
 
 
 def check_bearer(header: str | None, token: str | None) -> None:

@@ -165,6 +165,25 @@ class TestBadInput:
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 413") and b"too large" in body
 
+    @pytest.mark.parametrize(("head", "error"), [
+        (b"POST /v1/messages HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+         "invalid Content-Length header 'abc'"),
+        (b"POST /v1/messages HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+         "invalid Content-Length header '-1'"),
+        (b"GARBAGE\r\n\r\n",
+         "malformed HTTP request: its request line or a header cannot be read"),
+    ])
+    def test_a_request_the_server_cannot_parse_is_400_with_a_json_error(
+            self, shared_gateway, head, error):
+        # the server's own refusal (before the application) had an empty body
+        with socket.create_connection(("127.0.0.1", shared_gateway.port), timeout=30) as sock:
+            sock.sendall(head)
+            answer = sock.makefile("rb").read()  # closed after the answer
+        status, _, body = answer.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 400"), answer
+        assert b"Content-Type: application/json" in status
+        assert json.loads(body) == {"error": error}
+
     @pytest.mark.parametrize("chunks", [b"zz\r\n{}\r\n0\r\n\r\n",  # a size that is not hex
                                         b"2\r\n{}XX0\r\n\r\n"])  # no CRLF after the data
     def test_malformed_chunked_body_is_400(self, shared_gateway, chunks):
