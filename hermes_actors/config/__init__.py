@@ -11,7 +11,7 @@ The package: the leaf parsers (``_parsers``), the sections (``sections``) and th
 
 from __future__ import annotations
 
-from hermes_actors.config.loading import ENV_OVERRIDES, load_config
+from hermes_actors.config.loading import ENV_OVERRIDES, load_config, require_config
 from hermes_actors.config.sections import (
     DEFAULT_POOL_SIZE,
     MAX_SHARDS,
@@ -50,4 +50,5 @@ __all__ = [
     "TelegramConfig",
     "WhatsAppConfig",
     "load_config",
+    "require_config",
 ]

@@ -182,6 +182,17 @@ def load_config(source: Any = None, *, env: Mapping[str, str] | None = None) -> 
     return replace(config, ignored_keys=ignored_t, unknown_keys=unknown_t)
 
 
+def require_config(config: Any, owner: str) -> GatewayConfig | None:
+    """``config`` when it is a :class:`GatewayConfig` or ``None``; a mapping or a path given
+    where ``load_config(...)`` was meant is a :class:`ConfigError` saying so (it would fail
+    later, deep inside, as an AttributeError)."""
+    if config is not None and not isinstance(config, GatewayConfig):
+        raise ConfigError(
+            f"{owner}(config=...) takes a GatewayConfig or None, not "
+            f"{type(config).__name__}: build it with load_config(<mapping or YAML path>)")
+    return config
+
+
 class _EnvValue(str):
     """A string from the environment that remembers its variable, for error messages."""
 

@@ -20,13 +20,8 @@ import pykka
 
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.factory import agent_factory_from_config
-from hermes_actors.config import GatewayConfig, load_config
-from hermes_actors.errors import (
-    ConfigError,
-    HermesActorsError,
-    StoreError,
-    StoreUnavailableError,
-)
+from hermes_actors.config import GatewayConfig, load_config, require_config
+from hermes_actors.errors import HermesActorsError, StoreError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.cache import AgentCacheActor, wait_settled
@@ -105,10 +100,7 @@ class Gateway:
         memory_probe: Any = None,
         home_lock: HomeLock | None = None,
     ) -> None:
-        if config is not None and not isinstance(config, GatewayConfig):
-            raise ConfigError(
-                f"Gateway(config=...) takes a GatewayConfig or None, not "
-                f"{type(config).__name__}: build it with load_config(<mapping or YAML path>)")
+        config = require_config(config, "Gateway")
         self.home = Path(home)
         self.config = config if config is not None else load_config()
         self.clock = clock or SystemClock()

@@ -56,9 +56,9 @@ class SessionStore:
                  db: Backend | None = None, clock: Any = None,
                  mirror_interval: float | None = DEFAULT_MIRROR_INTERVAL,
                  on_outage: Callable[[BaseException], None] | None = None) -> None:
-        if config is None:
-            from hermes_actors.config import GatewayConfig
+        from hermes_actors.config import GatewayConfig, require_config
 
+        if require_config(config, "SessionStore") is None:
             config = GatewayConfig()
         self._core = StoreCore(sessions_dir, config, backend=db, clock=clock,
                                mirror_interval=mirror_interval, on_outage=on_outage)

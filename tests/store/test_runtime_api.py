@@ -7,11 +7,12 @@ import threading
 
 import pytest
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 from hermes_actors.store.ledger import claim_allowed, finish_state, obligation_id
 from hermes_actors.store.ops import LedgerRecord
+from hermes_actors.store.store import SessionStore
 from hermes_actors.store.turns import SessionExistsError
 
 from .conftest import T0, dm
@@ -481,3 +482,15 @@ class TestStoreClock:
         assert before <= ts <= after
         assert before <= now.timestamp() <= after
         assert now.utcoffset().total_seconds() == 0
+
+
+class TestConfigArgument:
+    """``SessionStore(dir, config)`` takes a GatewayConfig (or None): a mapping given where
+    ``load_config(...)`` was meant is refused at once, naming load_config, before anything
+    is opened."""
+
+    @pytest.mark.parametrize("config", [{"queue_max": 3}, "config.yaml"])
+    def test_not_a_gateway_config(self, tmp_path, config):
+        with pytest.raises(ConfigError, match=r"SessionStore\(config=...\).*load_config"):
+            SessionStore(tmp_path / "sessions", config)
+        assert list(tmp_path.iterdir()) == []
