@@ -176,8 +176,11 @@ def _is_bare_note(message: str) -> bool:
     return text.startswith("[System note:") and text.endswith("]") and "\n" not in text
 
 
-def _seconds(arg: str) -> float:
+def _seconds(arg: str) -> float | None:
+    """The seconds of ``sleep``/``delegate``; ``None`` (until interrupted) beyond what a
+    timer can wait (``inf``, ``1e10``: a wait on those raised OverflowError)."""
     try:
-        return max(0.0, float(arg.strip()))
+        seconds = max(0.0, float(arg.strip()))
     except ValueError:
         return 0.0
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
