@@ -183,5 +183,17 @@ def off_the_hub(fn: Callable[..., Any], *args: Any) -> Any:
 
         hub = gevent.get_hub()
         if hub.thread_ident == get_original("_thread", "get_ident")():
-            return hub.threadpool.apply(fn, args)
+            done, value = hub.threadpool.apply(_outcome, (fn, args))
+            if not done:
+                raise value
+            return value
     return fn(*args)
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """``(True, fn(*args))``, or ``(False, its exception)``: raised in the caller, which
+    handles it, instead of in the thread pool, whose worker would print its traceback."""
+    try:
+        return True, fn(*args)
+    except Exception as exc:  # noqa: BLE001 - re-raised by off_the_hub
+        return False, exc

@@ -40,6 +40,23 @@ GEVENT_SCRIPT = textwrap.dedent(
     """
 )
 
+FAILING_WRITE_SCRIPT = textwrap.dedent(
+    """
+    from gevent import monkey
+    monkey.patch_all()
+
+    import sys
+    from pathlib import Path
+    from hermes_actors.store.backends.files.mirror import MirrorWriter
+
+    path = Path(sys.argv[1]) / "sessions.json"  # its folder is a regular file
+    writer = MirrorWriter(path, lambda: (lambda: [b'{"_README": "r"}']), interval=None)
+    writer.mark_dirty()
+    assert writer.flush() is False and writer.dirty  # refused, kept for a retry
+    print("ok")
+    """
+)
+
 
 class TestMirrorWriter:
     """A render is written whole, once per burst of changes, and never in the hub."""
@@ -49,6 +66,17 @@ class TestMirrorWriter:
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "ok"
+
+    def test_a_failed_write_off_the_hub_is_one_warning_not_a_traceback(self, tmp_path):
+        # gevent's thread pool printed the handled error's traceback (and "failed with
+        # NotADirectoryError") on stderr before the writer's own warning, at every retry
+        folder = tmp_path / "sessions"
+        folder.write_text("a file where the sessions folder should be\n")
+        out = subprocess.run([sys.executable, "-c", FAILING_WRITE_SCRIPT, str(folder)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "ok"
+        assert "Traceback" not in out.stderr and "failed with" not in out.stderr, out.stderr
 
     def test_a_burst_of_changes_is_one_write(self, tmp_path):
         renders = []
