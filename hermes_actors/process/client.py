@@ -119,12 +119,13 @@ class GatewayClient:
         """``GET /v1/sessions/<key>``."""
         return self.request("GET", "/v1/sessions/" + urllib.parse.quote(key, safe=""))
 
-    def stream(self, chat_id: str, platform: str, after: int | str = "latest"
-               ) -> StreamReader:
-        """``GET /v1/stream``, opened (its start is fixed when this returns)."""
+    def stream(self, chat_id: str, platform: str, after: int | str = "latest",
+               timeout: float | None = None) -> StreamReader:
+        """``GET /v1/stream``, opened within ``timeout`` seconds (its start is fixed when
+        this returns)."""
         reader = StreamReader(self.url, chat_id, platform, token=self._token, after=after)
         try:
-            return reader.open()
+            return reader.open(timeout)
         except StreamRefused as exc:
             raise ClientError(f"the gateway answered {exc.status}: {exc}",
                               refused=is_refusal(exc.status), status=exc.status) from None
@@ -149,7 +150,9 @@ def send(client: GatewayClient, options: SendOptions,
     """Post the message; with ``wait``, print the replies that follow it. Returns False when
     ``wait`` was asked and no answer came within the timeout (:class:`ClientError` when a
     request fails)."""
-    stream = client.stream(options.chat_id, options.platform) if options.wait else None
+    # (a gateway that takes the connection and says nothing is given up within the wait)
+    stream = (client.stream(options.chat_id, options.platform, timeout=options.timeout)
+              if options.wait else None)
     try:
         accepted = client.post_message({
             "chat_id": options.chat_id, "user_id": options.user_id,

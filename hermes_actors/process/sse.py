@@ -58,10 +58,11 @@ class StreamReader:
         #: Connections made so far (1 + reconnections).
         self.connections = 0
 
-    def open(self) -> StreamReader:
-        """Connect and read the opening event; raises :class:`StreamRefused` (the gateway
-        answered with an error) or ``OSError`` (no gateway answered)."""
-        response = self._connect()
+    def open(self, timeout: float | None = None) -> StreamReader:
+        """Connect and read the opening event, within ``timeout`` seconds (default: the
+        read timeout); raises :class:`StreamRefused` (the gateway answered with an error)
+        or ``OSError`` (no gateway answered)."""
+        response = self._connect(timeout)
         threading.Thread(target=self._pump, args=(response,), name="stream-reader",
                          daemon=True).start()
         return self
@@ -87,7 +88,7 @@ class StreamReader:
 
     # -- the connection -----------------------------------------------------------------------
 
-    def _connect(self) -> http.client.HTTPResponse:
+    def _connect(self, timeout: float | None = None) -> http.client.HTTPResponse:
         query = dict(self._query)
         headers = {"Accept": "text/event-stream"}
         if self.last_id is not None:
@@ -95,7 +96,8 @@ class StreamReader:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = kind(self._host, self._port, timeout=_READ_TIMEOUT)
+        conn = kind(self._host, self._port, timeout=min(timeout or _READ_TIMEOUT,
+                                                        _READ_TIMEOUT))
         conn.request("GET", f"{self._base}/v1/stream?{urllib.parse.urlencode(query)}",
                      headers=headers)
         response = conn.getresponse()
@@ -110,6 +112,8 @@ class StreamReader:
         self._conn = conn
         self.connections += 1
         self._read_event(response)  # the opening: retry and the starting id
+        if conn.sock is not None:  # from now on events may be a keep-alive apart
+            conn.sock.settimeout(_READ_TIMEOUT)
         return response
 
     def _pump(self, response: http.client.HTTPResponse) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -81,6 +83,21 @@ class TestSend:
         assert result.returncode == 1
         assert result.stderr.startswith("hermes-actors: error: no gateway answered at ")
         assert len(result.stderr.splitlines()) == 1
+
+    def test_a_gateway_that_does_not_answer_is_given_up_after_the_timeout(self):
+        # a paused gateway (SIGSTOP, a stalled host) takes the connection and says nothing:
+        # --timeout 1 waited the stream's 60 s read timeout first
+        with socket.socket() as hung:
+            hung.bind(("127.0.0.1", 0))
+            hung.listen(8)  # connections complete in the backlog; nothing answers them
+            url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+            began = time.monotonic()
+            result = run_cli("send", "--wait", "hi", "--timeout", "1", "--url", url,
+                             timeout=50)
+            took = time.monotonic() - began
+        assert result.returncode == 1
+        assert result.stderr == f"hermes-actors: error: no gateway answered at {url} (timed out)\n"
+        assert took < 30
 
     def test_refused_request_exits_2(self, shared_gateway):
         wrong = run_cli("send", "hi", "--url", shared_gateway.url, "--token", "nope")
