@@ -108,8 +108,20 @@ def check_bearer(header: str | None, token: str | None) -> None:
     if scheme.lower() != "bearer" or not given.strip():
         raise RequestError(401, "missing bearer token: send 'Authorization: Bearer <token>'",
                            _CHALLENGE)
-    if not hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8")):
+    expected = token.encode("utf-8")
+    given = given.strip()
+    if not (hmac.compare_digest(_header_bytes(given), expected)
+            or hmac.compare_digest(given.encode("utf-8"), expected)):
         raise RequestError(401, "invalid bearer token", _CHALLENGE)
+
+
+def _header_bytes(value: str) -> bytes:
+    """The bytes a header value came as: a WSGI server decodes them as latin-1 (PEP 3333),
+    so a token with non-ASCII characters, sent as UTF-8 (curl, ``send``), is matched."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:  # not from a WSGI server: the text itself
+        return value.encode("utf-8")
 
 
 def decode_json_body(raw: bytes) -> dict[str, Any]:

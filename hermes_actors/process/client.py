@@ -25,8 +25,8 @@ from typing import Any
 
 from hermes_actors.process.sse import StreamReader, StreamRefused
 
-__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal",
-           "readable_text", "send"]
+__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "bearer_header",
+           "is_refusal", "readable_text", "send"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
@@ -53,6 +53,12 @@ def readable_text(text: str) -> str:
     except UnicodeEncodeError:  # a surrogate no decoding made: not from a terminal
         raw = text.encode("utf-8", "replace")
     return raw.decode("utf-8", "replace")
+
+
+def bearer_header(token: str) -> str:
+    """The ``Authorization`` value for ``token``, its bytes UTF-8 (``http.client`` writes a
+    header as latin-1, which cannot hold a token with other characters)."""
+    return "Bearer " + token.encode("utf-8").decode("latin-1")
 
 
 class ClientError(Exception):
@@ -92,7 +98,7 @@ class GatewayClient:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self._token:
-            request.add_header("Authorization", f"Bearer {self._token}")
+            request.add_header("Authorization", bearer_header(self._token))
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return json.loads(response.read().decode("utf-8"))

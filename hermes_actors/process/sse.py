@@ -93,8 +93,8 @@ class StreamReader:
         headers = {"Accept": "text/event-stream"}
         if self.last_id is not None:
             headers["Last-Event-ID"] = str(self.last_id)
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
+        if self._token:  # (UTF-8 on the wire, as GatewayClient sends it)
+            headers["Authorization"] = "Bearer " + self._token.encode("utf-8").decode("latin-1")
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = kind(self._host, self._port, timeout=min(timeout or _READ_TIMEOUT,
                                                         _READ_TIMEOUT))

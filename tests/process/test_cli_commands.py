@@ -99,6 +99,19 @@ class TestSend:
         assert result.stderr == f"hermes-actors: error: no gateway answered at {url} (timed out)\n"
         assert took < 30
 
+    def test_a_token_that_is_not_ascii_is_sent_and_accepted(self, start_gateway, tmp_path):
+        # the client failed to send it ("no gateway answered ... latin-1 codec"), and the
+        # server refused the right token sent as UTF-8 (curl's way) with 401
+        token = "pässwörd€"
+        gw = start_gateway("--agent", "scripted", home=tmp_path / "home",
+                           env={"HERMES_HTTP_TOKEN": token})
+        result = run_cli("send", "--wait", "hi", "--chat-id", "utf8-token", "--url", gw.url,
+                         "--token", token)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "echo: hi\n"
+        wrong = run_cli("send", "hi", "--url", gw.url, "--token", "pässwörd")
+        assert wrong.returncode == 2 and "invalid bearer token" in wrong.stderr
+
     def test_refused_request_exits_2(self, shared_gateway):
         wrong = run_cli("send", "hi", "--url", shared_gateway.url, "--token", "nope")
         assert wrong.returncode == 2 and "401" in wrong.stderr

@@ -129,6 +129,10 @@ class TestTransport:
         check_bearer(None, None)
         check_bearer("Bearer abc", "abc")
         check_bearer("bearer  abc ", "abc")
+        # a WSGI server hands the header over as its bytes decoded as latin-1 (PEP 3333)
+        wire = "Bearer pässwörd€".encode().decode("latin-1")
+        check_bearer(wire, "pässwörd€")
+        assert _refused(check_bearer, wire, "pässwörd").status == 401
         for header in (None, "", "Bearer", "Basic abc", "Bearer abd"):
             error = _refused(check_bearer, header, "abc")
             assert error.status == 401
