@@ -286,6 +286,17 @@ class TestUsage:
                                  f"such as 127.0.0.1, or 0.0.0.0 for every interface)\n")
         assert not (tmp_path / "h").exists()
 
+    def test_a_bad_db_writer_variable_exits_2_instead_of_running_degraded(self, tmp_path):
+        # a typo in HERMES_ACTORS_DB_WRITER ran the gateway in degraded mode: its inbox,
+        # ledger and outbox in memory only, accepted messages lost to the next crash
+        result = run_cli("run", "--home", str(tmp_path / "h"), "--port", "0",
+                         env={"HERMES_ACTORS_DB_WRITER": "threads"}, timeout=30)
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1] == (
+            "hermes-actors: error: HERMES_ACTORS_DB_WRITER must be 'thread' or 'process', "
+            "not 'threads'")
+        assert "DEGRADED" not in result.stderr
+
     @pytest.mark.parametrize("timeout", ["inf", "nan", "1e400", "0", "-1", "86401",
                                          "soon"])
     def test_bad_send_timeout_exits_2_before_posting(self, timeout, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.errors import ConfigError, StoreError, StoreUnavailableError
 from hermes_actors.store import SessionDB
 from hermes_actors.store.backends.sqlite.db import WRITER_ENV
 from hermes_actors.store.backends.sqlite.writer_process import (
@@ -497,9 +497,11 @@ class TestChoosingTheWriter:
             SessionDB(tmp_path / "state.db", writer="process")
 
     def test_a_bad_choice_names_its_source(self, tmp_path, monkeypatch):
+        # a setting's mistake, not a database failure (a StoreError would mean degraded mode)
         monkeypatch.setenv(WRITER_ENV, "fork")
-        with pytest.raises(StoreError, match=WRITER_ENV):
+        with pytest.raises(ConfigError, match=WRITER_ENV):
             SessionDB(tmp_path / "state.db")
+        assert not (tmp_path / "state.db").exists()
 
     def test_the_variable_asks_for_a_process_only_under_gevent(self, tmp_path, monkeypatch,
                                                                caplog):

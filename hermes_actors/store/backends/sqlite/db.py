@@ -40,7 +40,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hermes_actors._green import gevent_threading_patched
-from hermes_actors.errors import StoreError, StoreRejectedError, StoreUnavailableError
+from hermes_actors.errors import (
+    ConfigError,
+    StoreError,
+    StoreRejectedError,
+    StoreUnavailableError,
+)
 from hermes_actors.model.ids import new_id
 from hermes_actors.store.backends.files.node_files import (
     read_home_files,
@@ -151,8 +156,10 @@ def _pick_writer(asked: str | None) -> str:
         return asked
     choice = asked or os.environ.get(WRITER_ENV) or ("process" if gevent_mode else "thread")
     if choice not in _WRITERS:
+        if not asked:  # a setting, not a database that failed: no degraded mode for a typo
+            raise ConfigError(f"{WRITER_ENV} must be 'thread' or 'process', not {choice!r}")
         raise StoreError(f"the database writer must be 'thread' or 'process', not {choice!r}"
-                         f" (from {'the caller' if asked else WRITER_ENV})")
+                         " (from the caller)")
     if choice == "process" and not gevent_mode:
         if asked:
             raise StoreError("the database writer 'process' needs gevent (monkey-patched"
