@@ -248,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         if handler is None:
             getattr(args, "group_parser", parser).print_help(sys.stderr)
             return 2
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # (a closed pipe is reported here, not at the interpreter's exit)
+        return code
+    except BrokenPipeError:  # the output's reader is gone (``| head -1``): end quietly
+        _discard_stdout()
+        return 1
     except StoreUnreachableError as exc:
         print(f"hermes-actors: error: {exc}", file=sys.stderr)
         return 2
@@ -263,3 +268,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush of what is
+    still buffered does not fail again on the closed pipe."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's capture)
+        pass
+    finally:
+        os.close(devnull)

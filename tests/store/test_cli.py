@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -121,6 +123,20 @@ class TestSessions:
     def test_unknown_key_exits_1(self, capsys, home, populated):
         code, _, err = _run(capsys, "sessions", "show", "agent:main:nope:dm", "--home", str(home))
         assert code == 1 and "no session" in err
+
+
+class TestClosedOutput:
+    """Output piped into a reader that stops early (``| head -1``) ends the command quietly:
+    no traceback, no "Exception ignored ... BrokenPipeError"."""
+
+    @pytest.mark.parametrize("argv", [["sessions", "list"], ["db", "check"]])
+    def test_a_closed_pipe_is_not_a_traceback(self, home, populated, argv):
+        child = subprocess.Popen([sys.executable, "-m", "hermes_actors", *argv, "--home",
+                                  str(home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child.stdout.close()  # the reader is gone before anything was written
+        _, err = child.communicate(timeout=60)
+        assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
+        assert child.returncode == 1
 
 
 class TestUsage:
