@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
@@ -46,6 +47,13 @@ class MessageEvent:
             object.__setattr__(self, "text", "")
         if not isinstance(self.text, str):
             raise TypeError("MessageEvent.text must be a string")
+        if type(self.metadata) is not dict:
+            if self.metadata is None:
+                object.__setattr__(self, "metadata", {})
+            elif isinstance(self.metadata, Mapping):
+                object.__setattr__(self, "metadata", dict(self.metadata))
+            else:
+                raise TypeError("MessageEvent.metadata must be a dict")
         # (each normalisation skipped when the value is in its form already: every inbound
         # message passes here, most of them plain text just stamped by utc_now())
         if type(self.message_type) is not MessageType:

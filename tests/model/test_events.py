@@ -83,6 +83,13 @@ class TestMessageEvent:
     def test_none_text_becomes_empty(self):
         assert MessageEvent(source=SOURCE, text=None).text == ""
 
+    def test_none_metadata_becomes_empty_and_other_kinds_are_refused(self):
+        # metadata=None was kept, and every turn of the message then failed with
+        # "The agent failed to answer (AttributeError)"
+        assert MessageEvent(source=SOURCE, text="x", metadata=None).metadata == {}
+        with pytest.raises(TypeError, match="metadata"):
+            MessageEvent(source=SOURCE, text="x", metadata=["a"])
+
     def test_source_must_be_a_session_source(self):
         with pytest.raises(TypeError):
             MessageEvent(source={"platform": "telegram"})

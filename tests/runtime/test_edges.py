@@ -567,3 +567,14 @@ class TestSecondStop:
         assert adapter.texts() == ["held g"]
         first.join(30)
         opener.join(10)
+
+
+class TestEventWithoutMetadata:
+    """A message built with ``metadata=None`` is answered like any other."""
+
+    def test_it_is_answered(self, tmp_path):
+        gw, adapter = gateway(tmp_path)
+        gw.submit(MessageEvent(source=SRC, text="hello", metadata=None))
+        assert gw.wait_idle(10)
+        gw.stop()
+        assert adapter.texts() == ["echo: hello"]
