@@ -59,6 +59,9 @@ class MessageEvent:
         if type(self.message_type) is not MessageType:
             object.__setattr__(self, "message_type", MessageType(self.message_type))
         if self.media_urls:
+            if isinstance(self.media_urls, str):  # (its characters are no URLs)
+                raise TypeError("MessageEvent.media_urls must be a sequence of URLs, "
+                                "not one string")
             object.__setattr__(self, "media_urls", tuple(str(u) for u in self.media_urls))
         elif type(self.media_urls) is not tuple:
             object.__setattr__(self, "media_urls", ())

@@ -80,6 +80,11 @@ class TestMessageEvent:
         with pytest.raises(ValueError):
             MessageEvent(source=SOURCE, message_type="fax")
 
+    def test_media_urls_given_as_one_string_are_refused(self):
+        # a URL string became one "media URL" per character: ('h', 't', 't', 'p', ...)
+        with pytest.raises(TypeError, match="media_urls"):
+            MessageEvent(source=SOURCE, media_urls="https://example.org/a.jpg")
+
     def test_none_text_becomes_empty(self):
         assert MessageEvent(source=SOURCE, text=None).text == ""
 
