@@ -55,7 +55,11 @@ from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
-from hermes_actors.store.backends.files.journal import IMPORTED_JOURNAL, SessionJournal
+from hermes_actors.store.backends.files.journal import (
+    IMPORTED_JOURNAL,
+    JOURNAL_NAME,
+    DegradedJournal,
+)
 from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
@@ -277,9 +281,9 @@ class StoreCore:
         log.warning(
             "the session database cannot be used (%s): running in DEGRADED mode. Routing is "
             "kept in %s (written on every change), transcripts in <session_id>%s files; the "
-            "inbox and delivery ledger are in memory only. Fix the database and restart to "
-            "leave this mode.",
-            exc, self.sessions_dir / MIRROR_NAME, SUFFIX,
+            "inbox, the delivery ledger and the outbox are journaled in %s. Fix the database "
+            "and restart to leave this mode.",
+            exc, self.sessions_dir / MIRROR_NAME, SUFFIX, self.home / JOURNAL_NAME,
         )  # fmt: skip
 
     def _report_outage(self, exc: BaseException) -> None:
@@ -517,7 +521,7 @@ class StoreCore:
             self.commit([self.create_op(e) for e in restored], put=restored, whole=True)
         if self.degraded:  # the restore failed over
             return
-        self._import_session_journal()
+        self._import_degraded_journal()
         self._import_jsonl_transcripts()
         if mirror_wins:
             self._retire_degraded_mirror()
@@ -540,10 +544,10 @@ class StoreCore:
             log.warning("the imported degraded-mode %s could not be retired (%s): the next "
                         "start compares it with the database again", MIRROR_NAME, exc)
 
-    def _import_session_journal(self) -> None:
-        """Apply the ``sessions`` changes degraded mode journaled, once (see
-        :mod:`~hermes_actors.store.backends.files.journal`)."""
-        journal = SessionJournal(self.sessions_dir)
+    def _import_degraded_journal(self) -> None:
+        """Apply what degraded mode journaled (inbox, ledger, outbox and ``sessions``
+        changes), once (see :mod:`~hermes_actors.store.backends.files.journal`)."""
+        journal = DegradedJournal(self.home)
         try:
             name, ops = journal.read()
             if name is None:
@@ -552,7 +556,7 @@ class StoreCore:
             if self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL) != marker:
                 self.backend.apply([*ops, NodeValue(self.node_id, IMPORTED_JOURNAL, marker)])
             journal.retire()
-            log.warning("imported %d session changes from %s", len(ops), journal.path)
+            log.warning("imported %d changes of degraded mode from %s", len(ops), journal.path)
         except (StoreError, OSError) as exc:
             log.warning("cannot import %s: %s", journal.path, exc)
 

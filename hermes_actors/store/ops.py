@@ -251,6 +251,9 @@ class OutboxAppend:
     floor: int = 0
     #: The inbound event ids the reply answers, space-separated (``None``: unknown).
     in_reply_to: str | None = None
+    #: The row's cursor when it already has one (degraded mode's, imported from its
+    #: journal); ``None``: the backend numbers it.
+    cursor: int | None = None
 
 
 @dataclass

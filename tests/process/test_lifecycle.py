@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 
 import psutil
 
+from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.testing import node_values
 
 from .conftest import run_cli
@@ -191,3 +193,109 @@ class TestLogLines:
                          env={"HERMES_LOG_LEVEL": "chatty"})
         assert result.returncode == 2
         assert "HERMES_LOG_LEVEL" in result.stderr and "Traceback" not in result.stderr
+
+
+def _kill_writer(gateway) -> None:
+    """SIGKILL the gateway's database writer child and wait until it is gone."""
+    writer = TestWriterProcess._writer(gateway)
+    writer.kill()
+    writer.wait(timeout=30)
+
+
+def _user_rows(home, text: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True) as db:
+        return db.execute("SELECT session_id, content FROM messages WHERE role = 'user' AND "
+                          "content = ?", (text,)).fetchall()
+
+
+class TestDegradedInbox:
+    """What degraded mode (a dead writer child) consumes or accepts is not forgotten at the
+    next start with a working database (§8 durable inbox)."""
+
+    def test_a_message_answered_in_degraded_mode_is_not_answered_again(
+            self, start_gateway, tmp_path):
+        home = tmp_path / "home"
+        gateway = start_gateway("--agent", "scripted")
+        gateway.post("dq", "sleep 60")
+        gateway.post("dq", "/status")
+        [status] = gateway.replies("dq", 1)
+        assert "Turn: running" in status["text"]
+        gateway.post("dq", "/queue after")  # durable in state.db, waits behind the turn
+        _kill_writer(gateway)
+        gateway.post("dq", "/stop")  # ends the turn: "after" runs in degraded mode
+        texts = []
+        after = status["cursor"]
+        while "echo: after" not in texts:
+            page = gateway.outbox("dq", after=after)
+            assert page["messages"], texts
+            texts += [m["text"] for m in page["messages"]]
+            after = page["cursor"]
+        gateway.stderr.expect("DEGRADED mode")
+        assert gateway.stop() == 0
+        again = start_gateway("--agent", "scripted")
+        head = again.outbox("dq", after="latest", wait=0)["cursor"]
+        again.post("dq", "ping")
+        replies = []
+        while "echo: ping" not in replies:
+            page = again.outbox("dq", after=head)
+            replies += [m["text"] for m in page["messages"] if m["kind"] == "reply"]
+            head = page["cursor"]
+        assert replies == ["echo: ping"]  # "after" was answered once, before the restart
+        assert len(_user_rows(home, "after")) == 1
+
+    def test_a_message_accepted_in_degraded_mode_is_answered_after_the_restart(
+            self, start_gateway, tmp_path):
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.yaml").write_text("busy_input_mode: queue\nrestart_drain_timeout: 0.5\n")
+        gateway = start_gateway("--agent", "scripted")
+        gateway.post("da", "first")
+        [first] = gateway.replies("da", 1)
+        _kill_writer(gateway)
+        gateway.post("da", "sleep 60")
+        gateway.post("da", "/status")
+        [status] = [m for m in gateway.replies("da", 1, after=first["cursor"])]
+        gateway.stderr.expect("DEGRADED mode")
+        assert "Turn: running" in status["text"]
+        gateway.post("da", "later")  # accepted (202) while degraded; waits behind the turn
+        assert gateway.stop() == 0
+        again = start_gateway("--agent", "scripted")
+        texts: list[str] = []
+        after = 0
+        while "echo: later" not in texts:
+            page = again.outbox("da", after=after, wait=10)
+            assert page["messages"], texts
+            texts += [line for m in page["messages"] if m["kind"] == "reply"
+                      for line in m["text"].splitlines()]
+            after = page["cursor"]
+        # the interrupted turn was continued, with the waiting message in the same turn
+        assert texts == ["echo: first", "resumed: sleep 60", "echo: later"]
+
+    def test_replies_of_degraded_mode_and_their_cursors_survive_the_restart(
+            self, start_gateway):
+        gateway = start_gateway()
+        gateway.post("dc", "before")
+        [before] = gateway.replies("dc", 1)
+        _kill_writer(gateway)
+        gateway.post("dc", "during")
+        [during] = gateway.replies("dc", 1, after=before["cursor"])
+        gateway.stderr.expect("DEGRADED mode")
+        assert during["text"] == "echo: during" and during["cursor"] > before["cursor"]
+        assert gateway.stop() == 0
+        again = start_gateway()
+        assert [m["text"] for m in again.outbox("dc", wait=0)["messages"]] == [
+            "echo: before", "echo: during"]
+        again.post("dc", "after")  # a client that read "during" asks for what follows it
+        [after] = again.replies("dc", 1, after=during["cursor"])
+        assert after["text"] == "echo: after"
+
+    def test_a_reply_owed_in_degraded_mode_is_delivered_after_a_crash(self, start_gateway):
+        gateway = start_gateway(env={"HERMES_ACTORS_CRASHPOINT": "after_ledger_recorded"})
+        _kill_writer(gateway)  # before any reply: the crash point fires in degraded mode
+        status, _, _ = gateway.request("POST", "/v1/messages", {"chat_id": "do", "text": "hi"})
+        assert status == 202
+        assert gateway.proc.wait(timeout=30) == 137  # died with the reply owed, not sent
+        gateway.stderr.expect("DEGRADED mode")
+        again = start_gateway()
+        [reply] = again.replies("do", 1)
+        assert reply["text"].removeprefix(RECOVERED_PREFIX) == "echo: hi"

@@ -117,7 +117,54 @@ class TestOpenFailure:
         assert store.pending_inbox() == []
         assert store.ledger_claim(oid)
         assert store.ledger_finish(oid, "delivered") == "delivered"
-        assert sum("not crash-safe" in r.getMessage() for r in caplog.records) == 1
+        assert sum("journaled in the home" in r.getMessage() for r in caplog.records) == 1
+
+    def test_an_accepted_event_waits_across_degraded_and_healed_starts(self, make_store, home):
+        _break_as_directory(home)
+        first = make_store()
+        entry = first.get_or_create_session(dm())
+        kept, done = MessageEvent(source=dm(), text="kept"), MessageEvent(source=dm(), text="x")
+        first.accept_event(entry.session_key, kept)
+        first.accept_event(entry.session_key, done)
+        first.consume_events([done.event_id], "turn")
+        first.close()
+        second = make_store()  # still degraded: the journal is read back
+        assert second.degraded
+        assert [e.event_id for _, e in second.pending_inbox()] == [kept.event_id]
+        second.close()
+        (home / "state.db").rmdir()
+        healed = make_store()
+        assert not healed.degraded
+        assert [e.event_id for _, e in healed.pending_inbox()] == [kept.event_id]
+        healed.consume_events([kept.event_id], "turn")
+        healed.close()
+        assert make_store().pending_inbox() == []  # imported once
+
+    def test_outbox_rows_keep_their_cursors_across_degraded_and_healed_starts(
+            self, make_store, home):
+        def append(store, text):
+            return store.outbox_append(session_key="k", platform="webhook", chat_id="42",
+                                       thread_id=None, text=text, kind="reply",
+                                       floor=store.outbox_head())
+
+        _break_as_directory(home)
+        first = make_store()
+        one, two = append(first, "one"), append(first, "two")
+        first.close()
+        second = make_store()  # still degraded: the journal is read back
+        assert [r["cursor"] for r in second.outbox_read("webhook", "42")] == [one, two]
+        three = append(second, "three")
+        assert three > two
+        second.close()
+        (home / "state.db").rmdir()
+        healed = make_store()
+        assert not healed.degraded
+        rows = healed.outbox_read("webhook", "42")
+        assert [(r["cursor"], r["text"]) for r in rows] == [(one, "one"), (two, "two"),
+                                                             (three, "three")]
+        assert append(healed, "four") > three
+        healed.close()
+        assert len(make_store().outbox_read("webhook", "42")) == 4  # imported once
 
     def test_recovery_imports_jsonl_and_mirror_into_a_working_database(self, make_store, home):
         _break_as_directory(home)
@@ -274,12 +321,12 @@ class TestSessionRowsAcrossDegradedMode:
         assert rows[new.session_id]["parent_session_id"] == old.session_id
         assert (rows[new.session_id]["input_tokens"],
                 rows[new.session_id]["output_tokens"]) == (1, 2)
-        assert not (home / "sessions" / "sessions.journal").exists()
+        assert not (home / "degraded.journal").exists()
 
     def test_a_crash_before_the_journal_is_set_aside_adds_no_tokens_twice(self, make_store,
                                                                           home):
         old, _ = self._degraded_run(make_store, home)
-        journal = home / "sessions" / "sessions.journal"
+        journal = home / "degraded.journal"
         kept = journal.read_bytes()
         make_store().close()  # applies the journal, then sets it aside
         journal.write_bytes(kept)  # as if the process died before the rename
@@ -288,8 +335,7 @@ class TestSessionRowsAcrossDegradedMode:
         assert not journal.exists()
 
     def test_a_journal_torn_in_its_first_write_is_set_aside(self, make_store, home):
-        journal = home / "sessions" / "sessions.journal"
-        journal.parent.mkdir(parents=True)
+        journal = home / "degraded.journal"
         journal.write_bytes(b'{"jour')  # a crash tore the first write
         _break_as_directory(home)
         degraded = make_store()
@@ -299,7 +345,7 @@ class TestSessionRowsAcrossDegradedMode:
         (home / "state.db").rmdir()
         row = self._sessions(make_store())[entry.session_id]
         assert row["input_tokens"] == 5
-        assert (home / "sessions" / "sessions.journal.torn").read_bytes() == b'{"jour'
+        assert (home / "degraded.journal.torn").read_bytes() == b'{"jour'
 
 
 class TestWriteFailureAfterOpen:

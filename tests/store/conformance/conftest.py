@@ -4,8 +4,8 @@
 ``postgres``: ``PostgresBackend`` on a fresh database of the session's test server;
 ``files``: the ``FilesBackend`` of degraded mode); ``reopen()`` closes it and opens the same
 kind on the same home (and database) again, for durability tests. ``DURABLE[kind]`` says
-what a kind keeps across a reopen (the files backend keeps its inbox, ledger and outbox in
-memory only). A backend joins by adding a row to ``KINDS`` (and to ``SERVER_KINDS`` when it
+what a kind keeps across a reopen (the files backend journals its inbox, ledger and
+outbox). A backend joins by adding a row to ``KINDS`` (and to ``SERVER_KINDS`` when it
 needs the test server: those tests are marked ``postgres``).
 """
 
@@ -51,7 +51,8 @@ _DATABASE = frozenset({"routing", "messages", "node_state", "inbox", "ledger", "
 DURABLE: dict[str, frozenset[str]] = {
     "sqlite": _DATABASE,
     "postgres": _DATABASE,
-    "files": frozenset({"routing", "messages", "node_state"}),
+    "files": frozenset({"routing", "messages", "node_state", "inbox", "ledger",
+                        "outbox"}),
 }
 
 

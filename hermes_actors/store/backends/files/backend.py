@@ -2,18 +2,21 @@
 
 Degraded mode: routing lives in ``sessions.json`` (written after every change, marked with
 ``_degraded_since`` so the next start with a working database knows it is newer),
-transcripts are appended to ``<session_id>.jsonl`` (fsync'ed per write), what a database
-would change in its ``sessions`` table to a journal
-(:mod:`~hermes_actors.store.backends.files.journal`), the node's state
+transcripts are appended to ``<session_id>.jsonl`` (fsync'ed per write), the node's state
 in the home's files (:mod:`~hermes_actors.store.backends.files.node_files`), and the inbox,
-delivery ledger and outbox in memory (:mod:`~hermes_actors.store.backends.files.memory`):
-those follow the same rules as on a database but do not survive a crash, which is logged
-once. When the store switched here after a failure, the old database (``previous``, if it
-can still be read) keeps answering transcript reads, so earlier history stays visible.
+delivery ledger and outbox are kept in memory
+(:mod:`~hermes_actors.store.backends.files.memory`), following the same rules as on a
+database. What a database would change in those tables and in ``sessions`` is journaled
+(:mod:`~hermes_actors.store.backends.files.journal`): accepted messages wait for the next
+start, replies owed are still owed after it, the outbox's rows keep their cursors, and the
+next start with a database applies it all. When the store switched here after a failure,
+the old database (``previous``, if it can still be read) keeps answering transcript reads,
+so earlier history stays visible.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -25,7 +28,7 @@ from typing import Any
 from hermes_actors.errors import StoreError, StoreRejectedError
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
-from hermes_actors.store.backends.files.journal import SessionJournal
+from hermes_actors.store.backends.files.journal import DegradedJournal
 from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
 from hermes_actors.store.backends.files.memory import MemoryInbox, MemoryLedger, MemoryOutbox
 from hermes_actors.store.backends.files.mirror import (
@@ -81,8 +84,7 @@ log = logging.getLogger(__name__)
 
 _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
 _LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerFinish, LedgerPrune)
-_JOURNALED = (CreateSession, EndSession, AddTokens)
-_NO_TABLE = (*_JOURNALED, AppendMessage)
+_NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage)
 _ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
 #: Every operation this backend applies; anything else refuses the whole list up front
 #: (memory changes cannot be rolled back, so nothing may fail half-way).
@@ -115,7 +117,6 @@ class FilesBackend:
                  rows: list[RoutingRow] | None = None, since: str | None = None) -> None:
         self._home = Path(home)
         self._transcripts = transcripts
-        self._journal = SessionJournal(transcripts.directory)
         self._previous = previous
         self._lock = threading.Lock()
         self._since = since
@@ -143,6 +144,9 @@ class FilesBackend:
         self._inbox = MemoryInbox()
         self._ledger = MemoryLedger()
         self._outbox = MemoryOutbox()
+        self._journal = DegradedJournal(self._home)
+        for op in self._journal.read()[1]:  # an earlier degraded run's (not imported yet)
+            self._apply_to_memory(op)
         self._warned_volatile = False
         self._closed = False
 
@@ -162,8 +166,8 @@ class FilesBackend:
     def _volatile(self) -> None:
         if not self._warned_volatile:
             self._warned_volatile = True
-            log.warning("degraded mode: the inbox, delivery ledger and outbox are kept in "
-                        "memory only and are not crash-safe until the database works again")
+            log.warning("degraded mode: the inbox, delivery ledger and outbox are kept "
+                        "in memory and journaled in the home until the database works again")
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -176,6 +180,11 @@ class FilesBackend:
         unknown = [type(op).__name__ for op in ops if type(op) not in _KNOWN]
         if unknown:
             raise StoreError(f"the files backend cannot apply {', '.join(unknown)}")
+        if any(type(op) is OutboxAppend and op.cursor is None for op in ops):
+            with self._lock:  # cursors drawn first, so the journal can hold them
+                ops = [dataclasses.replace(op, cursor=self._outbox.reserve(op.floor))
+                       if type(op) is OutboxAppend and op.cursor is None else op
+                       for op in ops]
         appends: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             if isinstance(op, PutRouting):
@@ -187,10 +196,8 @@ class FilesBackend:
                 if op.is_reply:
                     record["is_reply"] = True
                 appends.setdefault(op.session_id, []).append(record)
-        journaled = [op for op in ops if isinstance(op, _JOURNALED)]
         try:
-            if journaled:
-                self._journal.append(journaled)
+            self._journal.append(ops)
             for session_id, records in appends.items():
                 self._transcripts.append(session_id, records)
             for op in ops:
@@ -231,14 +238,20 @@ class FilesBackend:
         if isinstance(op, DeleteRouting):
             return sum(self._routing.pop(key, None) is not None for key in op.session_keys)
         if isinstance(op, (*_NO_TABLE, NodeValue, SetSessionRestarts)):
-            return None  # no sessions table here: the journal, transcripts and node files
+            return None  # no sessions table: the journal, transcripts, node files hold it
         self._volatile()
+        return self._apply_to_memory(op)
+
+    def _apply_to_memory(self, op: Op) -> Any:
+        """An operation of the inbox, the ledger or the outbox on its memory table (any
+        other, read back from the journal, has none)."""
         if isinstance(op, _INBOX_OPS):
             return self._inbox.apply(op)
         if isinstance(op, _LEDGER_OPS):
             return self._ledger.apply(op)
-        assert isinstance(op, (OutboxAppend, OutboxPrune))
-        return self._outbox.apply(op)
+        if isinstance(op, (OutboxAppend, OutboxPrune)):
+            return self._outbox.apply(op)
+        return None
 
     def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
         """:meth:`apply`, then ``callback(ok, results_or_error)`` (nothing to wait for)."""

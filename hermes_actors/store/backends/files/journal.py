@@ -1,78 +1,115 @@
-"""The ``sessions`` rows' changes made in degraded mode, kept for the database (§5).
+"""``DegradedJournal``: what degraded mode changes besides routing and transcripts (§5, §8).
 
-The files backend has no ``sessions`` table, so the changes a database would make there (a
-session's creation, its end with a reason, its token counts) are appended to one journal,
-``<sessions_dir>/sessions.journal``: one JSON object per line, fsync'ed per write like the
-transcripts. The first line names the journal (``{"journal": "<id>"}``); the next start
-with a working database applies the journal in one transaction together with that name
-(node value ``imported_journal``), so a crash before the file is set aside
-(``sessions.journal.imported``) cannot add the same tokens twice.
+The files backend keeps the inbox, the delivery ledger and the outbox in memory and has no
+``sessions`` table. So every change it makes there is also appended to one journal,
+``<home>/degraded.journal``, fsync'ed before memory changes (one JSON object a line, like
+the transcripts):
+- an event accepted, consumed or withdrawn: an accepted message outlives the process, and
+  what degraded mode consumed (events the failed database may still hold unconsumed) is
+  not replayed and answered again;
+- a ledger row recorded, claimed, released or finished: a reply owed is still owed after a
+  crash, and one delivered is not sent again;
+- an outbox row, with the cursor degraded mode drew for it: its replies can still be read,
+  and no cursor a client saw is handed out again;
+- a session created, ended (with its reason) or charged tokens.
+
+A degraded start reads the journal back into memory. The next start with a working
+database applies it, in order, in one transaction that also records the journal's name
+(its first line, ``{"journal": "<id>"}``) as the node value ``imported_journal``, then
+sets the file aside as ``degraded.journal.imported``: a crash between the two applies
+nothing twice (token counts add up).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.backends.files.jsonl import append_lines, read_lines
-from hermes_actors.store.ops import AddTokens, CreateSession, EndSession
+from hermes_actors.store.ops import (
+    AcceptEvent,
+    AddTokens,
+    ConsumeEvents,
+    CreateSession,
+    EndSession,
+    LedgerClaim,
+    LedgerFinish,
+    LedgerRecord,
+    LedgerRelease,
+    Op,
+    OutboxAppend,
+    WithdrawEvent,
+)
 
-__all__ = ["IMPORTED_JOURNAL", "JOURNAL_NAME", "JournalOp", "SessionJournal"]
+__all__ = ["IMPORTED_JOURNAL", "JOURNALED", "JOURNAL_NAME", "DegradedJournal"]
 
-#: The journal's file name in the sessions directory.
-JOURNAL_NAME = "sessions.journal"
+log = logging.getLogger(__name__)
+
+#: The journal's file name in the home.
+JOURNAL_NAME = "degraded.journal"
 #: The node value naming the last journal a database applied.
 IMPORTED_JOURNAL = "imported_journal"
 
-JournalOp = CreateSession | EndSession | AddTokens
-
-_KINDS: dict[str, type[JournalOp]] = {"create": CreateSession, "end": EndSession,
-                                      "tokens": AddTokens}
-_NAMES = {kind: name for name, kind in _KINDS.items()}
-
-
-def _line(op: JournalOp) -> str:
-    return to_json({"op": _NAMES[type(op)], **vars(op)})
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    AcceptEvent, ConsumeEvents, WithdrawEvent, LedgerRecord, LedgerClaim, LedgerRelease,
+    LedgerFinish, OutboxAppend, CreateSession, EndSession, AddTokens)}
+#: The operations journaled.
+JOURNALED: tuple[type, ...] = tuple(_TYPES.values())
 
 
-def _op(record: dict[str, Any]) -> JournalOp | None:
+def _line(op: Op) -> str:
+    return to_json({"op": type(op).__name__, **dataclasses.asdict(op)})
+
+
+def _op(record: dict[str, Any]) -> Op | None:
     name = record.pop("op", None)
-    kind = _KINDS.get(name) if isinstance(name, str) else None
-    if kind is None:
-        return None
+    kind = _TYPES.get(name) if isinstance(name, str) else None
     try:
-        return kind(**record)
-    except TypeError:  # fields of another version: not this journal's
+        if kind is None:
+            raise TypeError(f"no operation {name!r}")
+        # (JSON has no tuples: a list is one, e.g. ConsumeEvents.event_ids)
+        op: Op = kind(**{k: tuple(v) if isinstance(v, list) else v
+                         for k, v in record.items()})
+    except TypeError:
+        log.warning("skipping an unreadable line of the degraded-mode journal: %r", record)
         return None
+    return op
 
 
-class SessionJournal:
-    """The journal file of one sessions directory (thread-safe appends)."""
+class DegradedJournal:
+    """The journal file of one home (thread-safe appends)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, home: str | Path) -> None:
         #: The journal's path.
-        self.path = directory / JOURNAL_NAME
+        self.path = Path(home) / JOURNAL_NAME
         self._lock = threading.Lock()
         self._named = False
 
-    def append(self, ops: list[JournalOp]) -> None:
-        """Append ``ops`` durably; ``OSError`` when the disk refuses."""
-        lines = [_line(op) for op in ops]
+    def append(self, ops: Iterable[Op]) -> None:
+        """Append the journaled ones of ``ops`` durably; ``OSError`` when the disk refuses,
+        ``UnicodeError`` for a text no file can hold."""
+        lines = [_line(op) for op in ops if isinstance(op, JOURNALED)]
+        if not lines:
+            return
+        data = "".join(line + "\n" for line in lines).encode()
         with self._lock:
             if not self._named:
                 if self.path.exists() and self.read()[0] is None:  # its first write was torn
                     self.path.replace(self.path.with_name(self.path.name + ".torn"))
                 if not self.path.exists():
-                    lines.insert(0, to_json({"journal": new_id()}))
-            append_lines(self.path, "".join(line + "\n" for line in lines).encode())
+                    data = (to_json({"journal": new_id()}) + "\n").encode() + data
+            append_lines(self.path, data)
             self._named = True
 
-    def read(self) -> tuple[str | None, list[JournalOp]]:
-        """The journal's name and its readable ops, in order (``(None, [])`` without a file
-        or a name line)."""
+    def read(self) -> tuple[str | None, list[Op]]:
+        """The journal's name and its readable operations, in order (``(None, [])``
+        without a file or a name line)."""
         records = read_lines(self.path)
         if not records or not isinstance(records[0].get("journal"), str):
             return None, []
@@ -80,5 +117,5 @@ class SessionJournal:
         return records[0]["journal"], ops
 
     def retire(self) -> None:
-        """Set the applied journal aside (``sessions.journal.imported``)."""
+        """Set the applied journal aside (``degraded.journal.imported``)."""
         self.path.replace(self.path.with_name(self.path.name + ".imported"))

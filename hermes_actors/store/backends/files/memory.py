@@ -177,17 +177,24 @@ class MemoryOutbox:
     def apply(self, op: Any) -> Any:
         """Apply one outbox operation; the results the SQL backends give."""
         if isinstance(op, OutboxAppend):
-            self._last = max(self._last, int(op.floor)) + 1
+            cursor = (int(op.cursor) if op.cursor is not None
+                      else max(self._last, int(op.floor)) + 1)
+            self._last = max(self._last, cursor)
             self.rows.append(dict(zip(OUTBOX_COLUMNS, (
-                self._last, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
+                cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
                 op.kind, op.created_at, op.in_reply_to,
             ), strict=True)))  # fmt: skip
-            return self._last
+            return cursor
         assert isinstance(op, OutboxPrune)
         kept = [r for r in self.rows if r["created_at"] >= op.before]
         pruned = len(self.rows) - len(kept)
         self.rows = kept
         return pruned
+
+    def reserve(self, floor: int) -> int:
+        """Draw the cursor of the next append (above ``floor``) before it is applied."""
+        self._last = max(self._last, int(floor)) + 1
+        return self._last
 
     def read(self, platform: str, chat_id: str | None, after: int, limit: int
              ) -> list[dict[str, Any]]:

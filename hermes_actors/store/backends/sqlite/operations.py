@@ -107,6 +107,10 @@ _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_OUTBOX_IMPORT = (
+    "INSERT OR IGNORE INTO outbox (cursor, session_key, platform, chat_id, thread_id, text,"
+    " kind, created_at, in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _ADD_TOKENS = (
     "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
     " WHERE id = ?"
@@ -366,6 +370,11 @@ class SqliteOps:
     # -- outbox and node state --------------------------------------------------------------
 
     def _outbox_append(self, op: OutboxAppend) -> int:
+        if op.cursor is not None:  # AUTOINCREMENT then numbers later rows above it
+            self._db.execute_sql(_OUTBOX_IMPORT, (
+                op.cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
+                op.kind, op.created_at, op.in_reply_to))
+            return op.cursor
         return self._db.execute_sql(_OUTBOX_APPEND, (
             op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
             op.created_at, op.in_reply_to)).lastrowid
