@@ -42,6 +42,7 @@ from hermes_actors.process.arguments import (
     configure_run,
     configure_send,
     configure_show,
+    home_directory,
 )
 from hermes_actors.process.home import DEFAULT_HOME
 from hermes_actors.process.inspect import (
@@ -183,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
             parsers[prefix] = child
             if leaf:
                 child.add_argument(
-                    "--home", help=f"home directory (default: $HERMES_HOME or {DEFAULT_HOME})"
+                    "--home", type=home_directory,
+                    help=f"home directory (default: $HERMES_HOME or {DEFAULT_HOME})"
                 )
                 if sub.configure is not None:
                     sub.configure(child)

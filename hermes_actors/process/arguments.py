@@ -11,11 +11,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_cluster_status",
+__all__ = ["AGENT_KINDS", "home_directory", "configure_bench", "configure_chat", "configure_cluster_status",
            "configure_migrate", "configure_run", "configure_send", "configure_show"]
 
 #: The agent kinds ``--agent`` accepts.
 AGENT_KINDS = ("echo", "scripted", "command", "openai")
+
+
+def home_directory(text: str) -> str:
+    """``--home``: not blank (``--home "$DIR"`` with ``$DIR`` unset fell back to
+    ``$HERMES_HOME`` or ``./hermes_home``, another home than the one meant)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"invalid home directory {text!r} (give a folder)")
+    return text
 
 
 def _port(text: str) -> int:

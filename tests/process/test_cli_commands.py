@@ -274,6 +274,28 @@ class TestUsage:
         assert main(["run", "--port", "70000"]) == 2
         assert "invalid port" in capsys.readouterr().err
 
+    @pytest.mark.parametrize("argv", [["sessions", "list", "--home", ""],
+                                      ["--home=", "db", "check"], ["db", "check", "--home", " "]])
+    def test_a_blank_home_is_a_usage_error_not_the_default_home(self, argv, capsys,
+                                                                 monkeypatch, tmp_path):
+        # --home "$DIR" with $DIR unset fell back to $HERMES_HOME or ./hermes_home: the
+        # command ran on (run: took, and served) another home than the one meant
+        monkeypatch.setenv("HERMES_HOME", str(tmp_path / "production"))
+        (tmp_path / "production").mkdir()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hermes-actors: error: hermes-actors ") and err.endswith(
+            "argument --home: invalid home directory "
+            f"{argv[argv.index('--home') + 1] if '--home' in argv else ''!r} (give a folder)\n")
+        assert list((tmp_path / "production").iterdir()) == []
+
+    def test_run_with_a_blank_home_exits_2(self, tmp_path):
+        result = run_cli("run", "--home", "", "--port", "0", cwd=tmp_path, timeout=30)
+        assert result.returncode == 2
+        assert result.stderr == ("hermes-actors: error: hermes-actors run: argument --home: "
+                                 "invalid home directory '' (give a folder)\n")
+        assert list(tmp_path.iterdir()) == []  # no ./hermes_home taken instead
+
     @pytest.mark.parametrize("host", ["", "  "])
     def test_blank_host_exits_2_instead_of_listening_everywhere(self, host, tmp_path):
         # http.host refuses a blank value; --host "" (an unset $HOST) listened on every
