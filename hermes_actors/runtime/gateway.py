@@ -544,7 +544,9 @@ class Gateway:
             self._supervisor.turn_succeeded(key).get()
 
     def _start_session_actor(self, key: str) -> pykka.ActorRef:
-        return _Actor.start(key, self._services)
+        # a cluster node's actor belongs to the tenure of its shard it is started under
+        tenure = self.cluster.serving_tenure(key) if self.cluster is not None else None
+        return _Actor.start(key, self._services, tenure)
 
     # -- queries --------------------------------------------------------------------------
 

@@ -129,9 +129,13 @@ class NodeSessions:
         self._gw = gateway
 
     def recover_sessions(self, belongs: Callable[[str], bool]) -> tuple[RecoveryReport, list]:
-        """Re-read the sessions' routing rows, then the supervisor's recovery of them."""
+        """Stop what is left of an earlier tenure's actors, re-read the sessions' routing
+        rows, then the supervisor's recovery of them."""
         gw = self._gw
         self._usable()
+        # actors still here are an earlier tenure's (bound to it, their writes are refused):
+        # the new tenure starts its own
+        self.stop_sessions(belongs)
         gw.store.refresh_entries(belongs)
         recovered = gw._supervisor.recover_shard(belongs).get()
         # the sessions with a (shared) stuck-loop count: a successful turn resets theirs

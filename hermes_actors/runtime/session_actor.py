@@ -59,6 +59,7 @@ from hermes_actors.runtime.session_core import (
     settled_event_ids,
 )
 from hermes_actors.runtime.turn import RunningTurn, run_turn
+from hermes_actors.store.fencing import bound_to_tenure
 
 __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
@@ -74,10 +75,14 @@ log = logging.getLogger("hermes_actors.session")
 class SessionActor(LightActor):
     """See the module docstring."""
 
-    def __init__(self, session_key: str, services: Services) -> None:
+    def __init__(self, session_key: str, services: Services,
+                 tenure: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.session_key = session_key
         self._s = services
+        #: A cluster node's ``(shard, epoch)`` this actor was started under: its writes and
+        #: its workers' are that tenure's only (``store/fencing``); ``None`` off a cluster.
+        self.tenure = tenure
         self.core = SessionCore(session_key, services.config.busy_input_mode,
                                 services.config.queue_max, services.clock.monotonic())
         #: The running turn's handle (its worker, its agent), or ``None``.
@@ -95,7 +100,10 @@ class SessionActor(LightActor):
 
     def on_receive(self, message: Any) -> Any:
         try:
-            return self._dispatch(message)
+            if self.tenure is None:
+                return self._dispatch(message)
+            with bound_to_tenure(self.tenure):
+                return self._dispatch(message)
         except Exception:  # noqa: BLE001 - an actor that dies loses its queue; log and go on
             log.exception("session actor error session_key=%s", self.session_key)
             return None
@@ -208,10 +216,11 @@ class SessionActor(LightActor):
         self._turn = turn
         self._s.turns.add()
         ref = self.actor_ref
-        services, key = self._s, self.session_key
+        services, key, tenure = self._s, self.session_key, self.tenure
 
         def work() -> None:
-            outcome = run_turn(services, key, turn)
+            with bound_to_tenure(tenure):
+                outcome = run_turn(services, key, turn)
             try:
                 ref.tell(TurnDone(turn.id, outcome.status))
             except pykka.ActorDeadError:
@@ -234,10 +243,12 @@ class SessionActor(LightActor):
         """Run slow ``work`` off the mailbox, counted as outstanding until it ends."""
         tracker = self._s.tracker
         tracker.add()
+        tenure = self.tenure
 
         def run() -> None:
             try:
-                work()
+                with bound_to_tenure(tenure):
+                    work()
             except Exception:  # noqa: BLE001 - logged; the unit is released regardless
                 log.exception("%s failed session_key=%s", name, self.session_key)
             finally:

@@ -134,6 +134,13 @@ class ShardHost(ShardListener):
         shard = self.shard_of(session_key)
         return shard in self._serving and self.manager.owns(shard, self._serving[shard])
 
+    def serving_tenure(self, session_key: str) -> tuple[int, int] | None:
+        """``(shard, epoch)`` of ``session_key``'s shard while served, else ``None``: the
+        tenure a session actor started now belongs to."""
+        shard = self.shard_of(session_key)
+        epoch = self._serving.get(shard)
+        return None if epoch is None else (shard, epoch)
+
     def belongs(self) -> ShardSet:
         """A filter for the sessions of the shards served now (and still held: a lease
         whose local deadline passed is not, even before the manager reports it lost)."""

@@ -18,14 +18,27 @@ Either refusal raises :class:`~hermes_actors.errors.FencedError`, is counted, an
 reported to ``on_refused`` (the gateway drops the shard). A gateway that is not a cluster
 node has no fence: ``StoreCore.fence`` is ``None`` and nothing is added or checked.
 
+**A tenure's own writes.** The fence asks for the tenure the node holds *now*, which is not
+always the one a write belongs to: a node whose local deadline passed (a lease round held up
+past ``lease_ttl``) loses its shards and may take them back at once under new epochs, while a
+turn of the old tenure is still ending (an agent stops *soon* after its interrupt, maybe with
+a partial answer). That turn's writes would pass under the new epoch, on top of the new
+tenure's recovery of the same message (its continuation): the user would get both. So a
+session actor is bound to the tenure it was started under (:func:`bound_to_tenure`, a
+context variable set around its messages and its workers), and a write made while bound to
+another tenure of the shard than the one held now is refused locally, like one for a shard
+not held.
+
 Rejected: fencing in the backend's committer (it would need the tenure table in the writer,
 which may run in another process) and a fence per statement (more round trips, same safety).
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from hermes_actors.cluster.shards import shard_of
@@ -41,7 +54,26 @@ from hermes_actors.store.ops import (
     SetSessionRestarts,
 )
 
-__all__ = ["FenceStatistics", "ShardFence", "fenced_keys"]
+__all__ = ["FenceStatistics", "ShardFence", "bound_to_tenure", "fenced_keys"]
+
+#: ``(shard, epoch)``: the tenure the running code's writes belong to (module docstring).
+_BOUND: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "hermes_bound_tenure", default=None)
+
+
+@contextmanager
+def bound_to_tenure(tenure: tuple[int, int] | None) -> Iterator[None]:
+    """Within the block, writes for shard ``tenure[0]`` are of tenure ``tenure[1]`` only: once
+    the node holds the shard under another epoch (or not at all), they are refused.
+    ``None``: not bound (the fence asks only what is held now)."""
+    if tenure is None:
+        yield
+        return
+    token = _BOUND.set(tenure)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
 
 #: Ops whose ``session_key`` makes a list fenced.
 _KEYED = (PutRouting, SetRoutingFlags, LedgerRecord, OutboxAppend)
@@ -97,14 +129,18 @@ class ShardFence:
         if not keys:
             return ops
         fences = []
+        bound = _BOUND.get()
         for shard in sorted({self.shard_of(key) for key in keys}):
             epoch = self._tenure(shard)
+            if bound is not None and bound[0] == shard and bound[1] != epoch:
+                epoch = None  # the tenure this write belongs to has ended
             if epoch is None:
                 with self._lock:
                     self._local += 1
                 self._on_refused(shard, None)
-                raise FencedError(f"shard {shard} is not held by node {self.owner} now: the "
-                                  f"write for its sessions was not sent", shard, None)
+                raise FencedError(f"shard {shard} is not held by node {self.owner} now (not "
+                                  f"under the tenure the write belongs to): the write for its "
+                                  f"sessions was not sent", shard, None)
             fences.append(FenceShard(shard, self.owner, epoch))
         with self._lock:
             self._fenced += 1

@@ -458,3 +458,80 @@ class TestHandoverDeliveries:
             adapter.release.set()
             for gw in gateways:
                 gw.stop(drain_timeout=5)
+
+
+class _PartialAgent:
+    """An agent that, interrupted, stops *soon* (when the test lets it) with its partial
+    answer (``TurnResult("partial: ...", "interrupted")``); a continuation after a restart
+    answers ``resumed: <message>``; anything else is echoed."""
+
+    def __init__(self, entered, interrupted, finish) -> None:
+        self.entered, self.interrupted, self.finish = entered, interrupted, finish
+
+    def run_turn(self, request):
+        from hermes_actors.agents.base import TurnResult
+
+        if request.message.startswith("[System note:"):
+            last = next(m["content"] for m in reversed(request.history)
+                        if m.get("role") == "user")
+            return TurnResult(reply=f"resumed: {last}")
+        if request.message == "slow":
+            self.entered.set()
+            assert self.interrupted.wait(30)
+            assert self.finish.wait(30)
+            return TurnResult(reply="partial: slow", status="interrupted")
+        return TurnResult(reply=f"echo: {request.message}")
+
+    def interrupt(self, reason=None) -> None:
+        self.interrupted.set()
+
+    def release_clients(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TestTenureRegained:
+    """A node whose local deadline passed (its lease round held up past ``lease_ttl``)
+    loses its shards and takes them back at once under new epochs. A turn of the old
+    tenure still finishing then is not the new tenure's: its answer must not go out on top
+    of the recovery's continuation of the same message (the user would get both)."""
+
+    def test_a_turn_of_the_old_tenure_writes_nothing(self, postgres_dsn, tmp_path):
+        import threading
+
+        from hermes_actors.testing import FakeClock
+
+        entered, interrupted, finish = (threading.Event() for _ in range(3))
+        adapter = InMemoryAdapter("telegram")
+        clock = FakeClock()
+        gw = Gateway(tmp_path / "a", _config(postgres_dsn), adapters=[adapter], clock=clock,
+                     agent_factory=lambda context: _PartialAgent(entered, interrupted,
+                                                                 finish))
+        gw.start()
+        try:
+            assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            source = SessionSource("telegram", chat_id="5", user_id="u5")
+            key = gw.store.session_key_for(source)
+            shard = gw.cluster.shard_of(key)
+            gw.submit(MessageEvent(source=source, text="slow"))
+            assert entered.wait(30)
+            before = gw.cluster.tenure(shard)
+            gained = gw.cluster.statistics().gained
+            clock.advance(gw.config.cluster.lease_ttl + 1)  # every local deadline passes
+            assert interrupted.wait(30)  # lost: the turn is told to stop
+            # ... and the node takes its shards back, recovering them: the marked turn is
+            # continued
+            assert gw.cluster.wait_for(lambda s: s.gained >= gained + SHARDS, timeout=30)
+            assert gw.cluster.tenure(shard) not in (None, before)
+            assert adapter.wait_for(1, 30), adapter.texts()
+            assert adapter.texts("5") == ["resumed: slow"]
+            finish.set()  # the old tenure's turn ends now, with its partial answer
+            fence = gw.store.fence
+            _wait_until(lambda: fence.statistics().refused_locally >= 1
+                        or len(adapter.texts("5")) > 1, "the old turn's end")
+            assert adapter.texts("5") == ["resumed: slow"]
+        finally:
+            finish.set()
+            gw.stop(drain_timeout=5)
