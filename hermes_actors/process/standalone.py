@@ -158,8 +158,16 @@ def _wait_for_stop_or_outage(slot: GatewaySlot, signals: _Signals) -> bool:
 def _unless_stopped(signals: _Signals, work: Any) -> tuple[bool, Any]:
     """Run ``work()`` until it returns (``(True, its result)``; its exception is raised) or
     a stop signal comes first (``(False, None)``: ``work`` is left running, the process is
-    about to end)."""
-    job = gevent.spawn(work)
+    about to end). ``work``'s exception is caught in its greenlet and raised here: a
+    greenlet that died of it would have the hub print its traceback (a start failing while
+    the database is away, every few seconds of an outage, as if something had crashed)."""
+    def attempt() -> tuple[bool, Any]:
+        try:
+            return True, work()
+        except Exception as exc:  # noqa: BLE001 - raised in the caller
+            return False, exc
+
+    job = gevent.spawn(attempt)
     stop = gevent.spawn(signals.stop.wait)
     try:
         gevent.wait([job, stop], count=1)
@@ -167,7 +175,10 @@ def _unless_stopped(signals: _Signals, work: Any) -> tuple[bool, Any]:
         stop.kill()
     if not job.ready():
         return False, None
-    return True, job.get()
+    ok, value = job.get()
+    if not ok:
+        raise value
+    return True, value
 
 
 def _replace_gateway(slot: GatewaySlot, make_gateway: Any, signals: _Signals,

@@ -152,3 +152,27 @@ class TestHomeDuringAnOutage:
                 HomeLock(gateway.home).acquire()
             assert gateway.stop(timeout=30) == 0
             own_server.resume()
+
+
+class TestWaitingLogs:
+    """While the server is away, each failed start of a new gateway is one
+    ``event=store_waiting`` line, not a traceback as if something had crashed."""
+
+    def test_a_failed_start_is_one_line(self, own_server, start_gateway):
+        with own_server.database() as dsn:
+            gateway = start_gateway(env={"HERMES_STORE_BACKEND": "postgres",
+                                         "HERMES_STORE_DSN": dsn})
+            gateway.post("1", "hello")
+            gateway.replies("1", 1)
+            own_server.pause()
+            try:
+                gateway.request("POST", "/v1/messages", {"chat_id": "1", "text": "during"})
+                gateway.stderr.expect(r"event=store_outage", timeout=60)
+                gateway.stderr.expect(r"event=store_waiting attempt=1 ", timeout=60)
+                gateway.stderr.expect(r"event=store_waiting attempt=2 ", timeout=60)
+                text = gateway.stderr.text()
+                assert "Traceback" not in text and "failed with" not in text, text
+            finally:
+                own_server.resume()
+            gateway.stderr.expect(r"event=store_back", timeout=60)
+            assert gateway.stop(timeout=30) == 0
