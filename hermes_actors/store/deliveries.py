@@ -145,7 +145,7 @@ class DeliveryLedger:
         parts were sent (the row's content from then on)."""
         _check_outcome(state)
         return self._core.apply([LedgerFinish(obligation_id, state, error, self._core.ts(),
-                                              content)])[0]
+                                              content, *self.owner)])[0]
 
     def ledger_finish_later(self, obligation_id: str, state: str, *, error: str | None = None,
                             content: str | None = None, on_done: Callable[[], None]) -> None:
@@ -154,7 +154,7 @@ class DeliveryLedger:
         redelivered once with the recovered prefix, as for a crash right after the send."""
         _check_outcome(state)
         self._core.apply_later([LedgerFinish(obligation_id, state, error, self._core.ts(),
-                                             content)], on_done)
+                                             content, *self.owner)], on_done)
 
     def ledger_retry(self, obligation_id: str, *, error: str | None,
                      content: str | None = None) -> bool:
@@ -163,14 +163,15 @@ class DeliveryLedger:
         and claim the row again, in one transaction, so no sweep ever sees it ``failed``;
         ``False`` when the claim is refused (its attempts are used up: abandoned)."""
         at = self._core.ts()
-        return bool(self._core.apply([LedgerFinish(obligation_id, "failed", error, at, content),
+        return bool(self._core.apply([LedgerFinish(obligation_id, "failed", error, at, content,
+                                                   *self.owner),
                                       LedgerClaim(obligation_id, *self.owner, at)])[1])
 
     def ledger_finish_many(self, outcomes: Iterable[tuple[str, bool, str | None]]) -> None:
         """End several attempts in one transaction: ``(obligation_id, delivered, error)``."""
         at = self._core.ts()
         ops: list[Op] = [LedgerFinish(oid, "delivered" if ok else "failed",
-                                      None if ok else error, at)
+                                      None if ok else error, at, None, *self.owner)
                          for oid, ok, error in outcomes]
         if ops:
             self._core.apply(ops)

@@ -217,13 +217,18 @@ class LedgerFinish:
     """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown.
     ``content`` (an attempt that is not ``delivered``): what is still owed, when the send
     delivered only the first parts of the text; it replaces the row's content, so a later
-    send carries only the rest."""
+    send carries only the rest. ``owner_node``/``owner_boot``: the sender whose attempt
+    ended; a row another sender claimed since (a cluster node paused between its claim and
+    its send, whose row the shard's new owner took over and delivered) is left as it is
+    (``None``: that outcome would undo the new owner's, and a sweep would send it again)."""
 
     obligation_id: str
     state: str
     error: str | None
     at: float
     content: str | None = None
+    owner_node: str | None = None
+    owner_boot: str | None = None
 
 
 @dataclass

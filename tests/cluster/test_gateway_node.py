@@ -535,3 +535,71 @@ class TestTenureRegained:
         finally:
             finish.set()
             gw.stop(drain_timeout=5)
+
+
+class _HeldOutbox:
+    """An outbox whose first append waits until ``release`` is set (a node paused between
+    the claim of a reply and its send)."""
+
+    def __new__(cls):
+        import threading
+
+        from hermes_actors.adapters.outbox import Outbox
+
+        class Held(Outbox):
+            def append(self, *args, **kwargs):
+                if not self.entered.is_set():
+                    self.entered.set()
+                    assert self.release.wait(60)
+                return super().append(*args, **kwargs)
+
+        outbox = Held()
+        outbox.entered, outbox.release = threading.Event(), threading.Event()
+        return outbox
+
+
+class TestLateOutcome:
+    """A node paused between the claim of a reply and its send comes back after the new
+    owner redelivered the reply (``♻️ Recovered reply``): its send is refused, and the
+    failure it records must not undo the new owner's ``delivered``, or the next ledger
+    sweep redelivers the reply once more (the user gets the recovered reply twice)."""
+
+    def test_the_stale_outcome_changes_nothing(self, postgres_dsn, tmp_path):
+        from hermes_actors.adapters.outbox import Outbox, OutboxAdapter
+        from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+
+        held = _HeldOutbox()
+        a = Gateway(tmp_path / "a", _config(postgres_dsn),
+                    adapters=[OutboxAdapter("webhook", held)])
+        held.bind(lambda: a.store)
+        a.start()
+        b = None
+        try:
+            assert a.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            source = SessionSource("webhook", chat_id="7")
+            a.submit(MessageEvent(source=source, text="hello"))
+            assert held.entered.wait(30)  # recorded and claimed; the send waits
+            a.cluster.manager.halt()  # the node is gone for the cluster (a pause)
+            outbox = Outbox()
+            b = Gateway(tmp_path / "b", _config(postgres_dsn),
+                        adapters=[OutboxAdapter("webhook", outbox)])
+            outbox.bind(lambda: b.store)
+            b.start()
+            assert b.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            sql = "SELECT text FROM outbox WHERE chat_id = '7' ORDER BY cursor"
+            assert [t for (t,) in b.store.backend.sql(sql)] == [
+                RECOVERED_PREFIX + "echo: hello"]
+            held.release.set()  # the paused node goes on: its send is refused
+            _wait_until(lambda: a.store.fence.statistics().refused_locally >= 1,
+                        "the paused node's send refused")
+            assert a.wait_idle(30)  # (its outcome recorded)
+            b.housekeeping_tick()  # a ledger sweep of the new owner
+            assert [t for (t,) in b.store.backend.sql(sql)] == [
+                RECOVERED_PREFIX + "echo: hello"]
+            states = b.store.backend.sql("SELECT state FROM deliveries")
+            assert states == [("delivered",)]
+        finally:
+            held.release.set()
+            for gw in (a, b):
+                if gw is not None:
+                    gw.stop(drain_timeout=5)

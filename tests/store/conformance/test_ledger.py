@@ -90,6 +90,17 @@ class TestLedger:
         assert (row["state"], row["attempts"], row["content"], row["last_error"]) == (
             "failed", 2, "three", "500")
 
+    def test_an_outcome_after_another_senders_claim_changes_nothing(self, backend):
+        backend.apply([record(), claim()])  # n1/b1 sends, then pauses
+        backend.apply([claim(node="n2"), finish("delivered", at=T0 + 5)])  # n2 took it over
+        late = LedgerFinish("o" * 24, "failed", "fenced", T0 + 9, None, "n1", "b1")
+        assert backend.apply([late]) == [None]
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["owner_node"], row["updated_at"]) == ("delivered", "n2",
+                                                                        T0 + 5)
+        mine = LedgerFinish("o" * 24, "failed", None, T0 + 9, None, "n2", "b1")
+        assert backend.apply([mine]) == ["failed"]  # the claim's own sender records it
+
     def test_abandoned_after_three_attempts(self, backend):
         backend.apply([record()])
         for n in range(3):

@@ -135,8 +135,11 @@ class MemoryLedger:
             return True
         if isinstance(op, LedgerFinish):
             finished = self.rows.get(op.obligation_id)
-            if finished is None:
-                return None
+            if finished is None or (op.owner_node is not None
+                                    and finished["owner_node"] is not None
+                                    and (finished["owner_node"], finished["owner_boot"])
+                                    != (op.owner_node, op.owner_boot)):
+                return None  # unknown, or another sender's claim since
             state = ledger.finish_state(op.state, attempts=finished["attempts"],
                                         created_at=finished["created_at"], now=op.at)
             finished.update(state=state, last_error=op.error, updated_at=op.at)

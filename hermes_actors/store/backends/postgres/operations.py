@@ -147,15 +147,19 @@ _LEDGER_RELEASE = (
     " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
     " AND owner_boot = %s"
 )
-_LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = %s"
+#: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
+_NOT_TAKEN = (" AND (%s::text IS NULL OR owner_node IS NULL"
+              " OR (owner_node = %s AND owner_boot IS NOT DISTINCT FROM %s))")
+_LEDGER_FINISH_READ = ("SELECT attempts, created_at FROM deliveries WHERE obligation_id = %s"
+                       + _NOT_TAKEN)
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s"
-    " WHERE obligation_id = %s"
+    " WHERE obligation_id = %s" + _NOT_TAKEN
 )
 #: An outcome other than ``delivered``, which may leave only the unsent rest owed.
 _LEDGER_FINISH_OWED = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s,"
-    " content = COALESCE(%s::text, content) WHERE obligation_id = %s"
+    " content = COALESCE(%s::text, content) WHERE obligation_id = %s" + _NOT_TAKEN
 )
 _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
@@ -336,16 +340,18 @@ class PostgresOps:
                                            op.owner_boot), _claimed)
 
     def _ledger_finish(self, batch: Batch, op: LedgerFinish) -> Later | str | None:
+        owner = (op.owner_node, op.owner_node, op.owner_boot)
         if op.state == "delivered":  # final whatever the attempts: one statement
-            return batch.run(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id),
-                        _finished_delivered)
-        row = _first_row(batch.now(_LEDGER_FINISH_READ, (op.obligation_id,)))
+            return batch.run(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id,
+                                              *owner), _finished_delivered)
+        row = _first_row(batch.now(_LEDGER_FINISH_READ, (op.obligation_id, *owner)))
         if row is None:
             return None
         attempts, created_at = row
         state = ledger.finish_state(op.state, attempts=attempts, created_at=created_at,
                                     now=op.at)
-        batch.add(_LEDGER_FINISH_OWED, (state, op.error, op.at, op.content, op.obligation_id))
+        batch.add(_LEDGER_FINISH_OWED, (state, op.error, op.at, op.content, op.obligation_id,
+                                        *owner))
         return state
 
     def _ledger_prune(self, batch: Batch, op: LedgerPrune) -> Later:

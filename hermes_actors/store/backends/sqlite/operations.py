@@ -150,14 +150,18 @@ _LEDGER_RELEASE = (
     " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = ?"
     " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
 )
-_LEDGER_FINISH_READ = "SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
+#: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
+_NOT_TAKEN = " AND (? IS NULL OR owner_node IS NULL OR (owner_node = ? AND owner_boot IS ?))"
+_LEDGER_FINISH_READ = ("SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
+                       + _NOT_TAKEN)
 _LEDGER_FINISH = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ? WHERE obligation_id = ?"
+    + _NOT_TAKEN
 )
 #: An outcome other than ``delivered``, which may leave only the unsent rest owed.
 _LEDGER_FINISH_OWED = (
     "UPDATE deliveries SET state = ?, last_error = ?, updated_at = ?,"
-    " content = COALESCE(?, content) WHERE obligation_id = ?"
+    " content = COALESCE(?, content) WHERE obligation_id = ?" + _NOT_TAKEN
 )
 
 
@@ -346,17 +350,18 @@ class SqliteOps:
                                                       op.owner_boot)).rowcount > 0
 
     def _ledger_finish(self, op: LedgerFinish) -> str | None:
+        owner = (op.owner_node, op.owner_node, op.owner_boot)
         if op.state == "delivered":  # final whatever the attempts: one statement
             done = self._db.execute_sql(_LEDGER_FINISH, ("delivered", None, op.at,
-                                                         op.obligation_id)).rowcount
+                                                         op.obligation_id, *owner)).rowcount
             return "delivered" if done else None
-        row = self._db.execute_sql(_LEDGER_FINISH_READ, (op.obligation_id,)).fetchone()
+        row = self._db.execute_sql(_LEDGER_FINISH_READ, (op.obligation_id, *owner)).fetchone()
         if row is None:
             return None
         attempts, created_at = row
         state = ledger.finish_state(op.state, attempts=attempts, created_at=created_at, now=op.at)
         self._db.execute_sql(_LEDGER_FINISH_OWED, (state, op.error, op.at, op.content,
-                                                   op.obligation_id))
+                                                   op.obligation_id, *owner))
         return state
 
     def _ledger_prune(self, op: LedgerPrune) -> int:
