@@ -37,6 +37,7 @@ from hermes_actors.adapters.base import (
     Typing,
     TypingAwareAdapter,
 )
+from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.crash import crashpoint
@@ -307,6 +308,10 @@ class _NoticeActor(LightActor):
         try:
             self._delivery.send_owed(session_key, target, text, "notice", token,
                                      consume=consume, reason=reason, in_reply_to=in_reply_to)
+        except (FencedError, StoreUnavailableError) as exc:
+            # Expected, as for a turn: the shard went to another node (which answers the
+            # event, still unconsumed) or the database is away (the gateway is replaced).
+            log.warning("notice not sent session_key=%s error=%s", session_key, exc)
         except Exception:  # noqa: BLE001 - one failed notice must not stop the actor
             log.exception("notice delivery failed session_key=%s", session_key)
         finally:

@@ -603,3 +603,35 @@ class TestLateOutcome:
             for gw in (a, b):
                 if gw is not None:
                     gw.stop(drain_timeout=5)
+
+
+class TestNoticeAfterTheShardWent:
+    """A notice still queued when its shard goes is refused by the fence: that is one
+    warning line, as for a turn, not an error with a traceback as if something broke."""
+
+    def test_one_line(self, postgres_dsn, tmp_path, caplog):
+        import logging
+
+        adapter = SlowFirstAnswer()
+        gw = Gateway(tmp_path / "a", _config(postgres_dsn), adapters=[adapter])
+        gw.start()
+        try:
+            assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+            source = SessionSource("telegram", chat_id="3", user_id="u3")
+            gw.submit(MessageEvent(source=source, text="/help"))
+            assert adapter.entered.wait(30)  # the first answer is being sent
+            gw.submit(MessageEvent(source=source, text="/help"))
+            notices = gw._live_services.notices
+            _wait_until(lambda: notices.sending(lambda key: True) == 2, "the second queued")
+            gw.cluster.manager.halt()  # the shard goes
+            caplog.set_level(logging.WARNING, logger="hermes_actors.delivery")
+            adapter.release.set()
+            _wait_until(lambda: notices.sending(lambda key: True) == 0, "the notices done")
+            assert gw.store.fence.statistics().refused_locally >= 1
+            failed = [r for r in caplog.records if "notice" in r.getMessage()]
+            assert failed and all(r.exc_info is None and r.levelno == logging.WARNING
+                                  for r in failed), [(r.levelname, r.getMessage())
+                                                     for r in failed]
+        finally:
+            adapter.release.set()
+            gw.stop(drain_timeout=5)
