@@ -115,6 +115,10 @@ class ShardHost(ShardListener):
         #: One pass (an inbox read and its dispatch) at a time (module docstring).
         self._passes = threading.Lock()
         self._due: dict[int, int] = {}  # gained, not recovered yet
+        #: Shards whose handover's wind-down runs now (its drain may take long): a new
+        #: tenure of one is recovered only once that is over, or the old wind-down would
+        #: drain and stop the new tenure's actors, interrupting their turns unmarked.
+        self._winding: set[int] = set()
         self._due_lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -214,6 +218,9 @@ class ShardHost(ShardListener):
         self._notify()
 
     def handover(self, shard: int, epoch: int, done: Callable[[], None]) -> None:
+        with self._due_lock:
+            self._winding.add(shard)
+
         def wind_down() -> None:
             started = time.monotonic()
             try:
@@ -229,7 +236,10 @@ class ShardHost(ShardListener):
             except Exception:  # noqa: BLE001 - the lease is released all the same
                 log.exception("event=cluster_handover_failed shard=%d", shard)
             finally:
+                with self._due_lock:
+                    self._winding.discard(shard)
                 done()
+                self._wake.set()  # a new tenure of the shard may be due
                 self._notify()
 
         spawn(wind_down, f"cluster-handover-{shard}")
@@ -335,7 +345,10 @@ class ShardHost(ShardListener):
         owned = {s: e for s, e in due.items() if self.manager.owns(s, e)}
         with self._due_lock:
             for shard, epoch in due.items():
-                if shard not in owned and self.manager.holds(shard, epoch):
+                if shard in self._winding and shard in owned:
+                    del owned[shard]  # an earlier tenure's wind-down runs: after it
+                    self._due.setdefault(shard, epoch)
+                elif shard not in owned and self.manager.holds(shard, epoch):
                     self._due.setdefault(shard, epoch)
         return owned
 

@@ -461,3 +461,40 @@ class TestFencedError:
 
         again = pickle.loads(pickle.dumps(FencedError("refused", 3, 7)))
         assert (str(again), again.shard, again.epoch) == ("refused", 3, 7)
+
+
+class TestHandoverOfAnEndedTenure:
+    """A handover's wind-down still draining when its tenure ends (a fenced write dropped
+    it) and the node takes the shard again under a new epoch: the new tenure is served only
+    once that wind-down is over, so the old one never stops the new tenure's actors (it
+    interrupted their turns unmarked: a message consumed and never answered)."""
+
+    def test_the_new_tenure_waits_for_the_old_wind_down(self, host):
+        made, gw, manager = host
+        a = _key_in(1)
+        gw.inbox = [(a, _event("1"))]
+        _gain(made, manager, 1, epoch=1)
+        draining, drained, done = threading.Event(), threading.Event(), threading.Event()
+        order: list[str] = []
+
+        def drain(belongs):
+            draining.set()
+            assert drained.wait(10)
+
+        gw.drain_sessions = drain
+        gw.stop_sessions = lambda belongs: order.append("old tenure stopped") or 0
+        recover = gw.recover_sessions
+        gw.recover_sessions = lambda belongs: (order.append("new tenure recovered"),
+                                               recover(belongs))[1]
+        made.handover(1, 1, done.set)
+        assert draining.wait(10)  # the old tenure's turns are being drained
+        del manager.held[1]
+        made.lost(1, 1, "fenced")  # a write of it was refused: dropped
+        manager.held[1] = 2
+        made.gained(1, 2)  # ... and taken again at once
+        made._recover_due()
+        drained.set()
+        assert done.wait(10)
+        made._recover_due()
+        assert order == ["old tenure stopped", "new tenure recovered"]
+        assert made.serves(a) and made.tenure(1) == 2
