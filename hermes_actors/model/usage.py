@@ -40,7 +40,8 @@ def _count(value: Any) -> int | None:
         return None
     if isinstance(value, str):
         text = value.strip()
-        value = int(text) if text.isascii() and text.isdigit() else None
+        # (a count has at most 16 digits; int() of thousands would raise ValueError)
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
     elif isinstance(value, float):
         value = int(value) if math.isfinite(value) else None
     if not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:

@@ -13,7 +13,7 @@ def test_counts_are_taken():
 
 
 @pytest.mark.parametrize("value", ["many", "12k", [3], {"n": 1}, True, -1, 1e30,
-                                   float("nan"), MAX_TOKENS + 1, "²"])
+                                   float("nan"), MAX_TOKENS + 1, "²", "9" * 5000])
 def test_what_is_not_a_count_is_left_out(value):
     usage = token_usage({"prompt_tokens": value, "input_tokens": value, "output_tokens": value})
     assert usage == TokenUsage(None, 0, 0) and usage.empty
