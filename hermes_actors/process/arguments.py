@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["AGENT_KINDS", "home_directory", "configure_bench", "configure_chat", "configure_cluster_status",
-           "configure_migrate", "configure_run", "configure_send", "configure_show"]
+__all__ = ["AGENT_KINDS", "configure_bench", "configure_chat", "configure_cluster_status",
+           "configure_migrate", "configure_run", "configure_send", "configure_show",
+           "home_directory"]
 
 #: The agent kinds ``--agent`` accepts.
 AGENT_KINDS = ("echo", "scripted", "command", "openai")
@@ -82,7 +83,8 @@ def _configure_config(parser: argparse.ArgumentParser) -> None:
 def configure_run(parser: argparse.ArgumentParser) -> None:
     """``run [--config FILE] [--agent KIND] [--host H] [--port P]``."""
     _configure_config(parser)
-    parser.add_argument("--host", type=_host, help="address to listen on (default: http.host, 127.0.0.1)")
+    parser.add_argument("--host", type=_host,
+                        help="address to listen on (default: http.host, 127.0.0.1)")
     parser.add_argument("--port", type=_port,
                         help="port to listen on (default: http.port, 8642; 0 picks a free one)")
 

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_actors.process.sse import StreamReader, StreamRefused
+from hermes_actors.process.sse import StreamReader, StreamRefused, bearer_header
 
-__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "bearer_header",
-           "is_refusal", "readable_text", "send"]
+__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal",
+           "readable_text", "send"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
@@ -53,12 +53,6 @@ def readable_text(text: str) -> str:
     except UnicodeEncodeError:  # a surrogate no decoding made: not from a terminal
         raw = text.encode("utf-8", "replace")
     return raw.decode("utf-8", "replace")
-
-
-def bearer_header(token: str) -> str:
-    """The ``Authorization`` value for ``token``, its bytes UTF-8 (``http.client`` writes a
-    header as latin-1, which cannot hold a token with other characters)."""
-    return "Bearer " + token.encode("utf-8").decode("latin-1")
 
 
 class ClientError(Exception):

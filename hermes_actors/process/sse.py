@@ -20,12 +20,18 @@ import time
 import urllib.parse
 from typing import Any
 
-__all__ = ["StreamReader", "StreamRefused"]
+__all__ = ["StreamReader", "StreamRefused", "bearer_header"]
 
 #: Seconds without a byte (keep-alives come every 15 s) before a connection counts as dead.
 _READ_TIMEOUT = 60.0
 #: Pauses between reconnection attempts, in seconds (the last one repeats).
 _RECONNECT = (0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+def bearer_header(token: str) -> str:
+    """The ``Authorization`` value for ``token``, its bytes UTF-8 (``http.client`` writes a
+    header as latin-1, which cannot hold a token with other characters)."""
+    return "Bearer " + token.encode("utf-8").decode("latin-1")
 
 
 class StreamRefused(Exception):
@@ -93,8 +99,8 @@ class StreamReader:
         headers = {"Accept": "text/event-stream"}
         if self.last_id is not None:
             headers["Last-Event-ID"] = str(self.last_id)
-        if self._token:  # (UTF-8 on the wire, as GatewayClient sends it)
-            headers["Authorization"] = "Bearer " + self._token.encode("utf-8").decode("latin-1")
+        if self._token:
+            headers["Authorization"] = bearer_header(self._token)
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = kind(self._host, self._port, timeout=min(timeout or _READ_TIMEOUT,
                                                         _READ_TIMEOUT))
