@@ -130,37 +130,39 @@ class _UsageAgent:
 class TestUsage:
     """An agent's token counters are bookkeeping: odd values never cost the user a reply."""
 
+    @pytest.fixture
+    def one_turn(self, tmp_path):
+        """``one_turn(usage)``: a gateway whose agent reports ``usage`` answers "hi"; it
+        returns the gateway (stopped after the test) and its adapter."""
+        made = []
+
+        def run(usage):
+            adapter = InMemoryAdapter("telegram")
+            gw = Gateway(tmp_path / "home", config=load_config({}, env={}),
+                         adapters=[adapter], agent_factory=lambda context: _UsageAgent(usage),
+                         clock=FakeClock(), memory_probe=FakeMemoryProbe())
+            made.append(gw)
+            gw.start()
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
+            assert gw.wait_idle(timeout=20)
+            return gw, adapter
+
+        yield run
+        for gw in made:
+            gw.stop(drain_timeout=5)
+
     @pytest.mark.parametrize("usage", [
         {"input_tokens": "many"}, {"prompt_tokens": "12k"}, {"output_tokens": [3]},
         {"input_tokens": 1e30}, ["not", "a", "dict"],
     ])
-    def test_a_malformed_usage_still_delivers_the_reply(self, tmp_path, usage):
-        adapter = InMemoryAdapter("telegram")
-        gw = Gateway(tmp_path / "home", config=load_config({}, env={}), adapters=[adapter],
-                     agent_factory=lambda context: _UsageAgent(usage), clock=FakeClock(),
-                     memory_probe=FakeMemoryProbe())
-        gw.start()
-        try:
-            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
-            assert gw.wait_idle(timeout=20)
-            assert adapter.texts() == ["the answer"]
-            assert [r["state"] for r in gw.store.ledger_rows()] == ["delivered"]
-        finally:
-            gw.stop(drain_timeout=5)
+    def test_a_malformed_usage_still_delivers_the_reply(self, one_turn, usage):
+        gw, adapter = one_turn(usage)
+        assert adapter.texts() == ["the answer"]
+        assert [r["state"] for r in gw.store.ledger_rows()] == ["delivered"]
 
-    def test_counters_are_recorded(self, tmp_path):
-        adapter = InMemoryAdapter("telegram")
-        usage = {"input_tokens": 10, "output_tokens": 3.0, "prompt_tokens": "7"}
-        gw = Gateway(tmp_path / "home", config=load_config({}, env={}), adapters=[adapter],
-                     agent_factory=lambda context: _UsageAgent(usage), clock=FakeClock(),
-                     memory_probe=FakeMemoryProbe())
-        gw.start()
-        try:
-            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
-            assert gw.wait_idle(timeout=20)
-            assert gw.store.get("agent:main:telegram:dm:42").last_prompt_tokens == 7
-        finally:
-            gw.stop(drain_timeout=5)
+    def test_counters_are_recorded(self, one_turn):
+        gw, _ = one_turn({"input_tokens": 10, "output_tokens": 3.0, "prompt_tokens": "7"})
+        assert gw.store.get("agent:main:telegram:dm:42").last_prompt_tokens == 7
 
 
 class TestSilence:

@@ -224,24 +224,35 @@ class TestMessagesDuringRecovery:
     """A message submitted while the start recovers is held by the restore gate; a resumed
     session's note rides on it (§17.21: no empty auto-continue event then)."""
 
-    @pytest.mark.parametrize("mode", ["interrupt", "queue"])
-    def test_a_held_message_carries_the_note(self, tmp_path, monkeypatch, mode):
+    @pytest.fixture
+    def paused_recovery(self, monkeypatch):
+        """``(reached, go)``: the start's recovery sets ``reached`` just before it picks the
+        sessions to resume, then waits for ``go`` (messages submitted meanwhile are held)."""
         import threading
 
-        from hermes_actors import MessageEvent
         from hermes_actors.runtime.supervisor import SupervisorActor
 
-        clock, home, runs = FakeClock(), tmp_path / "home", []
-        key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumed
         reached, go = threading.Event(), threading.Event()
         candidates = SupervisorActor._auto_continue_candidates
 
-        def paused(self):  # recovery waits here while the message comes
+        def paused(self):
             reached.set()
             assert go.wait(10)
             return candidates(self)
 
         monkeypatch.setattr(SupervisorActor, "_auto_continue_candidates", paused)
+        yield reached, go
+        go.set()
+
+    @pytest.mark.parametrize("mode", ["interrupt", "queue"])
+    def test_a_held_message_carries_the_note(self, tmp_path, paused_recovery, mode):
+        import threading
+
+        from hermes_actors import MessageEvent
+
+        clock, home, runs = FakeClock(), tmp_path / "home", []
+        key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumed
+        reached, go = paused_recovery
         gw = Gateway(home, config=load_config({"busy_input_mode": mode}, env={}),
                      agent_factory=lambda _ctx: _CountingAgent(runs),
                      adapters=[InMemoryAdapter("telegram")], clock=clock)
@@ -263,27 +274,18 @@ class TestMessagesDuringRecovery:
             gw.stop(drain_timeout=5)
 
     def test_held_messages_queue_behind_the_one_carrying_the_note(self, tmp_path,
-                                                                   monkeypatch):
+                                                                   paused_recovery):
         # interrupt mode: two messages come while the start recovers; both were held (queued,
         # §7 step 5), so the second waits for the first, which carries the resume note,
         # instead of cutting it: the interrupted task is continued and both are answered
         import threading
 
         from hermes_actors import MessageEvent
-        from hermes_actors.runtime.supervisor import SupervisorActor
         from hermes_actors.testing import Gates, ScriptedAgent
 
         clock, home, gates = FakeClock(), tmp_path / "home", Gates()
         key = _crashed_home(home, clock)["2"]  # mid-turn, no reply: resumed
-        reached, go = threading.Event(), threading.Event()
-        candidates = SupervisorActor._auto_continue_candidates
-
-        def paused(self):  # recovery waits here while the messages come
-            reached.set()
-            assert go.wait(10)
-            return candidates(self)
-
-        monkeypatch.setattr(SupervisorActor, "_auto_continue_candidates", paused)
+        reached, go = paused_recovery
         adapter = InMemoryAdapter("telegram")
         gw = Gateway(home, config=load_config({}, env={}),
                      agent_factory=lambda _ctx: ScriptedAgent(gates=gates),
