@@ -93,8 +93,17 @@ class TestContent:
         chat = {"id": -5, "type": "group", "title": "g"}
         own = message_event(_message(chat, "/new@Hermes_Bot now"), bot_username="hermes_bot")
         assert own.text == "/new now" and own.command is not None
-        other = message_event(_message(chat, "/new@other_bot"), bot_username="hermes_bot")
-        assert other.text == "/new@other_bot"
+
+    def test_a_command_addressed_to_another_bot_is_not_for_this_one(self):
+        # In a group with two bots, "/new@other_bot" must not reset this bot's session.
+        chat = {"id": -5, "type": "group", "title": "g"}
+        for text in ("/new@other_bot", "/stop@Other_Bot please", "/reset@other_bot\nnow"):
+            assert message_event(_message(chat, text), bot_username="hermes_bot") is None
+        own = message_event(_message(chat, "/queue@hermes_bot\nthen this"),
+                            bot_username="hermes_bot")
+        assert own.text == "/queue\nthen this" and own.command is not None
+        path = message_event(_message(chat, "/home/me@host is full"), bot_username="hermes_bot")
+        assert path.text == "/home/me@host is full"
 
 
 class TestLoneSurrogates:

@@ -12,7 +12,8 @@ the JSON the Bot API sends):
 * photos (the largest size), voice notes and documents become ``PHOTO``, ``VOICE`` and
   ``DOCUMENT`` with their ``file_id`` as the media URL and the caption as the text; other
   content (stickers, service messages) is not a message for the agent;
-* ``/new@ThisBot`` (how Telegram clients address a command in a group) is ``/new``;
+* ``/new@ThisBot`` (how Telegram clients address a command in a group) is ``/new``, and
+  ``/new@OtherBot`` is not a message for this bot (dropped: it would start a new session);
 * a lone UTF-16 surrogate in a text, caption or name (a client that cut an emoji in half;
   JSON lets ``"\\ud83d"`` through) is U+FFFD, since no store can encode one.
 
@@ -24,6 +25,7 @@ paragraph over a line, and can leave a chunk of whitespace, which Telegram refus
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 from hermes_actors.model.events import MessageEvent, MessageType
@@ -35,12 +37,16 @@ __all__ = ["MESSAGE_LIMIT", "message_event", "split_message", "utf16_length"]
 MESSAGE_LIMIT = 4096
 _SEPARATORS = ("\n\n", "\n", " ")
 _Text = TypeVar("_Text", str, None)
+#: A bot command addressed to a bot (``/cmd@name``, as Telegram's names are spelled), up to
+#: the whitespace that ends the command word.
+_ADDRESSED = re.compile(r"(/[A-Za-z0-9_]+)@([A-Za-z0-9_]+)(?=\s|$)")
 
 
 def message_event(message: Any, *, update_id: int | None = None,
                   bot_username: str | None = None) -> MessageEvent | None:
     """The :class:`MessageEvent` of a ``telebot.types.Message``, or ``None`` when it is
-    nothing the agent answers (a channel post, a sticker, a service message)."""
+    nothing the agent answers (a channel post, a sticker, a service message, a command
+    addressed to another bot: ``/new@other_bot``)."""
     chat = message.chat
     thread_id = None
     if getattr(message, "is_topic_message", None) and message.message_thread_id:
@@ -68,9 +74,12 @@ def message_event(message: Any, *, update_id: int | None = None,
         message_id=str(message.message_id),
         is_bot=bool(getattr(sender, "is_bot", False)),
     )
+    body = _strip_bot_mention(_valid(text), bot_username)
+    if body is None:  # a command addressed to another bot of the group
+        return None
     metadata = {"telegram": {"update_id": update_id}} if update_id is not None else {}
-    return MessageEvent(source=source, text=_strip_bot_mention(_valid(text), bot_username),
-                        message_type=kind, media_urls=media, metadata=metadata)
+    return MessageEvent(source=source, text=body, message_type=kind, media_urls=media,
+                        metadata=metadata)
 
 
 def _content(message: Any) -> tuple[str, MessageType, tuple[str, ...]] | None:
@@ -102,15 +111,16 @@ def _valid(text: _Text) -> _Text:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _strip_bot_mention(text: str, bot_username: str | None) -> str:
-    """``/cmd@bot rest`` → ``/cmd rest`` when ``bot`` is this bot (case-insensitive)."""
-    if not bot_username or not text.startswith("/"):
+def _strip_bot_mention(text: str, bot_username: str | None) -> str | None:
+    """``/cmd@bot rest`` → ``/cmd rest`` when ``bot`` is this bot (case-insensitive);
+    ``None`` when it is another bot (the command is not for this one). The command word
+    ends at any whitespace, as the gateway's commands do."""
+    match = _ADDRESSED.match(text)
+    if not bot_username or match is None:
         return text
-    word, sep, rest = text.partition(" ")
-    command, at, name = word.partition("@")
-    if at and name.lower() == bot_username.lower():
-        return command + sep + rest
-    return text
+    if match.group(2).lower() != bot_username.lower():
+        return None
+    return match.group(1) + text[match.end():]
 
 
 def utf16_length(text: str) -> int:
