@@ -186,7 +186,9 @@ class OpenAIAgent:
         if len(data) > MAX_RESPONSE_BYTES:
             conn.close()
             raise OpenAIAgentError(f"response larger than {MAX_RESPONSE_BYTES} bytes")
-        if response.will_close or interrupted:
+        # A body shorter than its Content-Length (the server closed early) leaves the
+        # response unfinished: the connection cannot carry another request.
+        if response.will_close or interrupted or response.length:
             conn.close()
         else:
             with self._lock:

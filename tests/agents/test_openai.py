@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 
 import psutil
@@ -116,6 +117,44 @@ class TestResponse:
         with pytest.raises(OpenAIAgentError, match="empty body"):
             agent.run_turn(make_request())
         assert agent.run_turn(make_request()).status == "completed"
+
+    def test_a_body_cut_short_does_not_spoil_the_next_turn(self):
+        """A response that ends before its Content-Length (the server closed early) fails
+        its own turn only: the next turn gets a new connection and its answer, not
+        ``ResponseNotReady`` from reusing the unfinished one."""
+        good = json.dumps(completion("fine")).encode()
+        answers = [b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"choices"',
+                   b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(good), good)]
+        listener = socket.create_server(("127.0.0.1", 0))
+
+        def answer(conn: socket.socket) -> None:
+            with conn, conn.makefile("rb") as reader:
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                reader.read(length)
+                conn.sendall(answers.pop(0))
+                # The server ends its side, but the socket stays open (as a proxy's may):
+                # a request sent on it still goes out.
+                conn.shutdown(socket.SHUT_WR)
+                while reader.read(4096):
+                    pass
+
+        def serve() -> None:
+            while answers:
+                conn, _ = listener.accept()
+                threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with listener:
+            agent = OpenAIAgent(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", "m",
+                                timeout=10)
+            with pytest.raises(OpenAIAgentError, match="malformed response"):
+                agent.run_turn(make_request())
+            assert agent.run_turn(make_request()).reply == "fine"
+            agent.close()
 
     def test_connection_refused_raises(self):
         """A server that is not there is an OpenAIAgentError naming the URL."""
