@@ -22,7 +22,9 @@ goes to the log, truncated). stderr is otherwise free for the program's own logg
 The child runs in its own process group, so an interrupt, a timeout or ``close()`` stops
 everything it started: SIGTERM to the group, SIGKILL to the group after ``grace`` seconds
 (``close()``: SIGKILL at once). The SIGKILL goes to the group whether or not the child has
-exited meanwhile, so a helper that ignores SIGTERM dies with it. The child is always reaped
+exited meanwhile, so a helper that ignores SIGTERM dies with it. A program that exits while
+a helper it started still holds its stdout or stderr is answered once ``grace`` seconds
+have passed: the group is SIGKILLed then (else the turn would wait for the helper). The child is always reaped
 before ``run_turn`` returns (a pending SIGKILL may fire after that). Rejected: a long-lived child speaking a line
 protocol (it would need its own supervision, restarts and framing rules).
 
@@ -43,6 +45,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from hermes_actors._green import spawn
 from hermes_actors.agents.base import TurnRequest, TurnResult
 from hermes_actors.errors import HermesActorsError
 
@@ -105,6 +108,8 @@ class CommandAgent:
                 self._proc = proc
             if self._interrupted.is_set():  # interrupted while spawning
                 self.interrupt()
+            done = threading.Event()
+            spawn(lambda: self._stop_holders(proc, done), "agent-command-exit")
             try:
                 out, err = proc.communicate(payload, timeout=self.timeout)
             except subprocess.TimeoutExpired:
@@ -119,6 +124,8 @@ class CommandAgent:
                     f"agent command {self.argv[0]!r} took longer than {self.timeout:g}s "
                     "(agent.timeout) and was stopped"
                 ) from None
+            finally:
+                done.set()
             if self._interrupted.is_set():
                 return TurnResult(None, "interrupted")
             return self._result(proc.returncode, out, err, time.monotonic() - started)
@@ -168,6 +175,17 @@ class CommandAgent:
         log.info("stopping agent command pid=%s reason=%s", proc.pid, reason)
         _signal(proc, signal.SIGTERM)
         timer.start()
+
+    def _stop_holders(self, proc: subprocess.Popen[bytes], done: threading.Event) -> None:
+        """Once the program has exited, give what it started ``grace`` seconds to let go of
+        its stdout and stderr, then SIGKILL the group: the reply is complete, and a helper
+        left holding the pipes would otherwise keep the turn waiting until agent.timeout
+        (the group cannot be another's meanwhile: a member still holds the pipes)."""
+        proc.wait()
+        if not done.wait(self.grace):
+            log.info("agent command pid=%s exited; stopping what it started, which still "
+                     "holds its output", proc.pid)
+            _kill_group(proc.pid)
 
     def _finish(self, proc: subprocess.Popen[bytes]) -> None:
         """Forget the child and make sure it is reaped. A pending SIGKILL is left to fire:

@@ -66,6 +66,17 @@ with socket.create_connection(("127.0.0.1", port)) as conn:
 while True:
     signal.pause()
 """,
+    # Starts a helper that keeps the program's stdout and stderr and blocks, reports
+    # "<pid> <helper pid>" to 127.0.0.1:argv[1], prints argv[2] and exits with status 0.
+    "leave_helper": """
+import os, socket, subprocess, sys
+sys.stdin.read()
+helper = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"],
+                          stdin=subprocess.DEVNULL).pid
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as conn:
+    conn.sendall(f"{os.getpid()} {helper}\\n".encode())
+sys.stdout.write(sys.argv[2])
+""",
 }
 
 

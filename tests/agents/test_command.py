@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -221,6 +224,22 @@ class TestInterrupt:
         agent.close()
         assert future.result(timeout=10) == TurnResult(None, "interrupted")
         assert_gone(pid)
+        assert_gone(helper)
+
+    def test_a_helper_left_holding_the_output_does_not_hold_up_the_reply(
+            self, programs, started, worker):
+        """A program that answered and exited 0 while a helper it started still holds its
+        stdout is answered after the grace period (the helper is stopped), not when
+        agent.timeout runs out."""
+        agent = CommandAgent(argv(programs, "leave_helper", started.port, "done"),
+                             timeout=60, grace=0.3)
+        future = worker.submit(agent.run_turn, make_request())
+        _, helper = started.wait()
+        try:
+            assert future.result(timeout=10) == TurnResult("done")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper, signal.SIGKILL)
         assert_gone(helper)
 
     def test_interrupt_between_turns_is_forgotten(self, programs):
