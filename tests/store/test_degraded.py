@@ -496,3 +496,29 @@ class TestLazyEntriesAcrossASwitch:
         assert store.degraded
         assert [store.get(e.session_key) for e in old] == old
         assert {e.session_key for e in old} <= _mirror(home).keys()
+
+
+class TestOutboxCursorsAcrossAFailOver:
+    """A process that switches to degraded mode before it appended or read anything (a
+    fresh start whose writer dies) still numbers its replies above the database's rows."""
+
+    def test_a_reply_after_the_switch_gets_a_cursor_no_reader_saw(self, make_store):
+        from hermes_actors.adapters.outbox import Outbox
+
+        target = SessionSource("webhook", chat_id="42", user_id="7")
+        earlier = make_store()
+        cursors = [Outbox(lambda: earlier).append(target, f"r{n}") for n in range(3)]
+        earlier.close()
+        store = make_store()  # the next process: its Outbox has seen no cursor yet
+        store.db.sql("PRAGMA query_only = 1")  # the database stops taking writes
+        late = Outbox(lambda: store).append(target, "after the switch")
+        assert store.degraded
+        # a long-poll reader that had read up to the last cursor sees the new reply
+        assert [r["text"] for r in store.outbox_read("webhook", "42", cursors[-1])] == [
+            "after the switch"]
+        assert late > cursors[-1]
+        store.close()
+        healed = make_store()
+        assert not healed.degraded
+        assert [r["text"] for r in healed.outbox_read("webhook", "42")] == [
+            "r0", "r1", "r2", "after the switch"]

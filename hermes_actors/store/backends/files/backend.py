@@ -147,6 +147,11 @@ class FilesBackend:
         self._journal = DegradedJournal(self._home)
         for op in self._journal.read()[1]:  # an earlier degraded run's (not imported yet)
             self._apply_to_memory(op)
+        if previous is not None:  # cursors go on above the failed database's rows
+            try:
+                self._outbox.reserve_above(previous.outbox_head())
+            except StoreError as exc:
+                log.warning("cannot read the outbox head of the failed database (%s)", exc)
         self._warned_volatile = False
         self._closed = False
 

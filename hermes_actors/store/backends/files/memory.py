@@ -199,6 +199,10 @@ class MemoryOutbox:
         self._last = max(self._last, int(floor)) + 1
         return self._last
 
+    def reserve_above(self, cursor: int) -> None:
+        """Number every later append above ``cursor`` (a head the database reached)."""
+        self._last = max(self._last, int(cursor))
+
     def read(self, platform: str, chat_id: str | None, after: int, limit: int
              ) -> list[dict[str, Any]]:
         """One chat's rows after ``after``, oldest first."""
