@@ -52,13 +52,14 @@ from hermes_actors.errors import (
     StoreUnreachableError,
 )
 from hermes_actors.model.entry import SessionEntry, validate_session_id
-from hermes_actors.model.jsontext import to_json
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
 from hermes_actors.store.backends.files.journal import (
     IMPORTED_JOURNAL,
     JOURNAL_NAME,
     DegradedJournal,
+    applied_count,
+    import_marker,
 )
 from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
@@ -552,11 +553,14 @@ class StoreCore:
             name, ops = journal.read()
             if name is None:
                 return
-            marker = to_json(name)
-            if self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL) != marker:
-                self.backend.apply([*ops, NodeValue(self.node_id, IMPORTED_JOURNAL, marker)])
+            done = applied_count(self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL),
+                                 name, len(ops))
+            if done < len(ops):  # (a degraded run after a crash may have appended more)
+                self.backend.apply([*ops[done:], NodeValue(
+                    self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops)))])
             journal.retire()
-            log.warning("imported %d changes of degraded mode from %s", len(ops), journal.path)
+            log.warning("imported %d changes of degraded mode from %s", len(ops) - done,
+                        journal.path)
         except (StoreError, OSError) as exc:
             log.warning("cannot import %s: %s", journal.path, exc)
 

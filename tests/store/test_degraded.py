@@ -522,3 +522,51 @@ class TestOutboxCursorsAcrossAFailOver:
         assert not healed.degraded
         assert [r["text"] for r in healed.outbox_read("webhook", "42")] == [
             "r0", "r1", "r2", "after the switch"]
+
+
+_KILLED_AFTER_THE_IMPORT = """
+import os, signal, sys
+from hermes_actors.store import SessionStore
+from hermes_actors.store.backends.files.journal import DegradedJournal
+
+def die(self):  # the import committed: SIGKILL before the journal is set aside
+    os.kill(os.getpid(), signal.SIGKILL)
+
+DegradedJournal.retire = die
+SessionStore(sys.argv[1])
+"""
+
+
+class TestAJournalImportedButNotSetAside:
+    """A crash after the journal's import committed, before the file was renamed, followed
+    by another degraded run: what that run appended must reach the database too."""
+
+    def test_a_later_degraded_runs_accepted_message_is_not_lost(self, make_store, home):
+        import subprocess
+        import sys
+
+        _break_as_directory(home)
+        first = make_store()
+        entry = first.get_or_create_session(dm())
+        one = MessageEvent(source=dm(), text="one")
+        first.accept_event(entry.session_key, one)
+        first.close()
+        (home / "state.db").rmdir()
+        child = subprocess.run([sys.executable, "-c", _KILLED_AFTER_THE_IMPORT,
+                                str(home / "sessions")], timeout=60)
+        assert child.returncode == -9
+        assert (home / "degraded.journal").exists()  # imported, not set aside
+        aside = home / "state.db.away"
+        os.replace(home / "state.db", aside)
+        _break_as_directory(home)  # the database is away again: a degraded run
+        second = make_store()
+        assert second.degraded
+        two = MessageEvent(source=dm(), text="two")
+        second.accept_event(entry.session_key, two)
+        second.consume_events([one.event_id], "turn")
+        second.close()
+        (home / "state.db").rmdir()
+        os.replace(aside, home / "state.db")
+        healed = make_store()
+        assert not healed.degraded
+        assert [e.event_id for _, e in healed.pending_inbox()] == [two.event_id]

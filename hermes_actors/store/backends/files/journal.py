@@ -15,14 +15,17 @@ the transcripts):
 
 A degraded start reads the journal back into memory. The next start with a working
 database applies it, in order, in one transaction that also records the journal's name
-(its first line, ``{"journal": "<id>"}``) as the node value ``imported_journal``, then
-sets the file aside as ``degraded.journal.imported``: a crash between the two applies
-nothing twice (token counts add up).
+(its first line, ``{"journal": "<id>"}``) and how many of its operations are applied now
+as the node value ``imported_journal`` (``["<id>", <count>]``), then sets the file aside as
+``degraded.journal.imported``: a crash between the two applies nothing twice (token counts
+add up), and what a degraded run appended to the journal after such a crash is applied by
+the next import (the operations past the count).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Iterable
@@ -47,7 +50,8 @@ from hermes_actors.store.ops import (
     WithdrawEvent,
 )
 
-__all__ = ["IMPORTED_JOURNAL", "JOURNALED", "JOURNAL_NAME", "DegradedJournal"]
+__all__ = ["IMPORTED_JOURNAL", "JOURNALED", "JOURNAL_NAME", "DegradedJournal", "applied_count",
+           "import_marker"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,28 @@ def _op(record: dict[str, Any]) -> Op | None:
         log.warning("skipping an unreadable line of the degraded-mode journal: %r", record)
         return None
     return op
+
+
+def import_marker(name: str, count: int) -> str:
+    """The ``imported_journal`` value: journal ``name`` applied up to ``count`` operations."""
+    return to_json([name, count])
+
+
+def applied_count(marker: str | None, name: str, total: int) -> int:
+    """How many of journal ``name``'s ``total`` operations the database applied, by its
+    ``imported_journal`` value ``marker`` (an older build's, the bare name: all of them)."""
+    if marker is None:
+        return 0
+    try:
+        value = json.loads(marker)
+    except ValueError:
+        return 0
+    if value == name:
+        return total
+    if (isinstance(value, list) and len(value) == 2 and value[0] == name
+            and isinstance(value[1], int)):
+        return min(value[1], total)
+    return 0
 
 
 class DegradedJournal:
