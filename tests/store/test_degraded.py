@@ -570,3 +570,54 @@ class TestAJournalImportedButNotSetAside:
         healed = make_store()
         assert not healed.degraded
         assert [e.event_id for _, e in healed.pending_inbox()] == [two.event_id]
+
+
+class TestDegradedOutboxOrder:
+    """Degraded mode numbers and stores its outbox rows in one order: a long-poll reader
+    that read up to a cursor never finds a lower one appearing after it."""
+
+    def test_a_reader_misses_no_reply_appended_while_another_was_written(self, home,
+                                                                        monkeypatch):
+        from hermes_actors.store.backends.files.backend import FilesBackend
+        from hermes_actors.store.backends.files.journal import DegradedJournal
+        from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
+        from hermes_actors.store.ops import OutboxAppend
+
+        (home / "sessions").mkdir()
+        backend = FilesBackend(home, JsonlTranscripts(home / "sessions"))
+
+        def append(text: str) -> None:
+            backend.apply([OutboxAppend("k", "webhook", "42", None, text, "reply", 1.0)])
+
+        seen: list[tuple[int, str]] = []
+        after = 0
+
+        def poll() -> None:
+            nonlocal after
+            rows = backend.outbox_read("webhook", "42", after, 100)
+            seen.extend((r["cursor"], r["text"]) for r in rows)
+            if rows:
+                after = rows[-1]["cursor"]
+
+        original = DegradedJournal.append
+        second = threading.Thread(target=append, args=("second",))
+        second_done = threading.Event()
+
+        def journal_append(self, ops):
+            ops = list(ops)
+            if any(getattr(op, "text", None) == "first" for op in ops):
+                # the first reply is being written when the second one comes
+                second.start()
+                second_done.wait(timeout=1.0)  # (it must wait for the first, if it can)
+                poll()  # a reader polls meanwhile
+            original(self, ops)
+            if any(getattr(op, "text", None) == "second" for op in ops):
+                second_done.set()
+
+        monkeypatch.setattr(DegradedJournal, "append", journal_append)
+        append("first")
+        second.join(timeout=10)
+        assert not second.is_alive()
+        poll()
+        assert sorted(text for _, text in seen) == ["first", "second"]
+        assert [c for c, _ in seen] == sorted(c for c, _ in seen)

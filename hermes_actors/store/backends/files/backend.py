@@ -119,6 +119,8 @@ class FilesBackend:
         self._transcripts = transcripts
         self._previous = previous
         self._lock = threading.Lock()
+        #: Held from drawing outbox cursors until their rows are in memory.
+        self._outbox_order = threading.Lock()
         self._since = since
         self._routing: dict[str, tuple[str, RoutingFlags]] = {}
         #: The keys whose routing this mode wrote (``_degraded_changed`` in the mirror).
@@ -186,10 +188,17 @@ class FilesBackend:
         if unknown:
             raise StoreError(f"the files backend cannot apply {', '.join(unknown)}")
         if any(type(op) is OutboxAppend and op.cursor is None for op in ops):
-            with self._lock:  # cursors drawn first, so the journal can hold them
-                ops = [dataclasses.replace(op, cursor=self._outbox.reserve(op.floor))
-                       if type(op) is OutboxAppend and op.cursor is None else op
-                       for op in ops]
+            # cursors drawn first, so the journal can hold them; and the rows reach memory
+            # in the order of their cursors (a reader past one never finds a lower one)
+            with self._outbox_order:
+                with self._lock:
+                    ops = [dataclasses.replace(op, cursor=self._outbox.reserve(op.floor))
+                           if type(op) is OutboxAppend and op.cursor is None else op
+                           for op in ops]
+                return self._apply(ops)
+        return self._apply(ops)
+
+    def _apply(self, ops: list[Op]) -> list[Any]:
         appends: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             if isinstance(op, PutRouting):
