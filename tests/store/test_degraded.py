@@ -524,6 +524,28 @@ class TestOutboxCursorsAcrossAFailOver:
             "r0", "r1", "r2", "after the switch"]
 
 
+    def test_a_reply_numbered_below_the_database_is_imported_above_it(self, make_store,
+                                                                         home):
+        # a start that never could read the database (degraded from the first moment)
+        # numbered its replies from 1: at the import they are kept, numbered anew
+        from hermes_actors.adapters.outbox import Outbox
+
+        target = SessionSource("webhook", chat_id="42", user_id="7")
+        earlier = make_store()
+        cursors = [Outbox(lambda: earlier).append(target, f"r{n}") for n in range(3)]
+        earlier.close()
+        (home / "state.db").rename(home / "state.db.away")
+        _break_as_directory(home)
+        degraded = make_store()
+        assert degraded.degraded
+        assert Outbox(lambda: degraded).append(target, "from degraded mode") <= cursors[-1]
+        degraded.close()
+        (home / "state.db").rmdir()
+        (home / "state.db.away").rename(home / "state.db")
+        rows = make_store().outbox_read("webhook", "42", cursors[-1])
+        assert [r["text"] for r in rows] == ["from degraded mode"]
+
+
 _KILLED_AFTER_THE_IMPORT = """
 import os, signal, sys
 from hermes_actors.store import SessionStore
