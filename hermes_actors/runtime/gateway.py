@@ -125,6 +125,8 @@ class Gateway:
         self._held: list[tuple[str, MessageEvent]] = []
         self._inflight = 0
         self._stopping = threading.Event()
+        #: The thread (greenlet under gevent) running ``stop()``, while it runs.
+        self._stopper: int | None = None
         #: Set when the database server failed while running (an *outage*, see
         #: :attr:`SessionStore.outage`): new messages are refused from then on, and the host
         #: stops this gateway and starts a new one once the server is back (``run`` does).
@@ -315,8 +317,9 @@ class Gateway:
 
         Called again with ``drain_timeout=0`` while a stop drains (a second SIGINT), it cuts
         the drain short: running turns are interrupted and marked at once. Called again
-        otherwise (another thread), it returns once that stop is done. Every step runs
-        even when an earlier one fails (full disk, a hung agent), and the marker is always
+        otherwise (another thread), it returns once that stop is done (at once when called
+        from inside it, by a signal handler of the thread stopping). Every step runs even
+        when an earlier one fails (full disk, a hung agent), and the marker is always
         attempted, as the last write before the store closes.
         """
         with self._lock:
@@ -324,12 +327,16 @@ class Gateway:
                 log.warning("forced stop: interrupting running turns now")
                 self._turns.cut()
                 return
-            if self._state == "stopping":  # another thread's stop: done once it is
-                self._lock.wait_for(lambda: self._state == "stopped")
+            if self._state == "stopping":
+                # another thread's stop: done once it is; a call from inside this thread's
+                # stop (a signal handler run meanwhile) would wait for itself: it returns
+                if self._stopper != threading.get_ident():
+                    self._lock.wait_for(lambda: self._state == "stopped")
                 return
             if self._state != "running":
                 return
             self._state = "stopping"
+            self._stopper = threading.get_ident()
             self._stopping.set()
             # Submits already past the state check finish their dispatch first, so every
             # accepted event either reached an actor told to stop accepting, or stays in the
@@ -373,6 +380,7 @@ class Gateway:
         self._release_home()
         with self._lock:
             self._state = "stopped"
+            self._stopper = None
             self._lock.notify_all()  # a stop() called meanwhile returns now
 
     def _release_home(self) -> None:

@@ -578,3 +578,55 @@ class TestEventWithoutMetadata:
         assert gw.wait_idle(10)
         gw.stop()
         assert adapter.texts() == ["echo: hello"]
+
+
+_STOP_FROM_A_SIGNAL_HANDLER = """
+import os, signal, sys, threading
+from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
+from hermes_actors.testing import Gates, ScriptedAgent
+
+gates = Gates()
+adapter = InMemoryAdapter("telegram")
+gw = Gateway(sys.argv[1], config=load_config({}, env={}), adapters=[adapter],
+             agent_factory=lambda ctx: ScriptedAgent(gates=gates))
+handled = threading.Event()
+
+def on_signal(signum, frame):  # a host's handler: stop the gateway
+    gw.stop()
+    handled.set()
+
+signal.signal(signal.SIGUSR1, on_signal)
+gw.start()
+gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42", user_id="7"),
+                       text="hold g"))
+assert gates.wait_until_waiting("g")
+
+def host():  # the signal comes while with's exit (the main thread) drains
+    assert gw._stopping.wait(10)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert handled.wait(20)
+    gates.open("g")
+
+threading.Thread(target=host, daemon=True).start()
+gw.stop(drain_timeout=30)
+print("stopped", gw.stopped_cleanly, adapter.texts())
+"""
+
+
+class TestStopFromASignalHandler:
+    """A host's signal handler that calls ``stop()`` while the same thread is inside
+    ``stop()`` (``with``'s exit draining) returns at once: waiting for that stop there would
+    wait for itself, and the process would hang for ever."""
+
+    def test_a_stop_reentered_by_a_signal_handler_does_not_hang(self, tmp_path):
+        import subprocess
+        import sys
+
+        try:
+            proc = subprocess.run([sys.executable, "-c", _STOP_FROM_A_SIGNAL_HANDLER,
+                                   str(tmp_path / "home")],
+                                  capture_output=True, text=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the stop re-entered from the signal handler hung")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "stopped True ['held g']"
