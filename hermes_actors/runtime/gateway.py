@@ -127,6 +127,8 @@ class Gateway:
         self._stopping = threading.Event()
         #: The thread (greenlet under gevent) running ``stop()``, while it runs.
         self._stopper: int | None = None
+        #: Whether housekeeping's ledger sweep runs now (``stop()`` waits for its sends).
+        self._sweeping = False
         #: Set when the database server failed while running (an *outage*, see
         #: :attr:`SessionStore.outage`): new messages are refused from then on, and the host
         #: stops this gateway and starts a new one once the server is back (``run`` does).
@@ -359,6 +361,9 @@ class Gateway:
             ("notices", services.notices.stop),
             ("agents", lambda: _close_agents(services.cache)),
             ("cache", lambda: services.cache.actor_ref.stop(timeout=10)),
+            # a ledger sweep sending now records its outcomes before the marker and the
+            # store's close (cut off, its rows would be sent again, prefixed, next start)
+            ("sweep", self._wait_for_sweep),
             ("mirror", self.store.flush),
             # the last write: the node's state lives in the store's backend
             ("marker", lambda: self._supervisor.write_clean_shutdown().get(timeout=30)),
@@ -382,6 +387,12 @@ class Gateway:
             self._state = "stopped"
             self._stopper = None
             self._lock.notify_all()  # a stop() called meanwhile returns now
+
+    def _wait_for_sweep(self) -> None:
+        with self._lock:
+            if not self._lock.wait_for(lambda: not self._sweeping, timeout=_SETTLE_TIMEOUT):
+                log.warning("stopping with a ledger sweep still sending after %.0f s",
+                            _SETTLE_TIMEOUT)
 
     def _release_home(self) -> None:
         if self._owns_home_lock:  # a host's lock is the host's to release
@@ -660,7 +671,16 @@ class Gateway:
         # here, not in the supervisor's mailbox: the sends may be slow (stats, the drain
         # and the turns of counted sessions ask the supervisor meanwhile)
         belongs = None if self.cluster is None else self.cluster.belongs()  # (shards here)
-        sent = sweep_ledger(self.store, self._live_services.delivery, belongs)
+        with self._lock:
+            if self._state != "running":  # a stop began: its store may close any moment
+                return
+            self._sweeping = True
+        try:
+            sent = sweep_ledger(self.store, self._live_services.delivery, belongs)
+        finally:
+            with self._lock:
+                self._sweeping = False
+                self._lock.notify_all()
         if sent:
             self._supervisor.count_redelivered(sent)
         if self._schedule.take_prune(now):

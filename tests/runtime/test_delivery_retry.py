@@ -259,3 +259,32 @@ class TestAdapterBug:
         gateway.submit(MessageEvent(source=source, text="again"))
         assert gateway.wait_idle(timeout=30)
         assert adapter.calls[-1] == "echo: again" and gateway.stats()["state"] == "running"
+
+
+class TestStopDuringASweep:
+    def test_a_stop_waits_for_the_sweep_sending_so_the_reply_is_not_sent_again(
+            self, run, tmp_path):
+        adapter = HeldAdapter()
+        gateway = run(adapter, FakeClock())
+        assert _row(gateway)["state"] == "failed"
+        tick = threading.Thread(target=gateway.housekeeping_tick)
+        tick.start()
+        assert adapter.sending.wait(timeout=30)  # the sweep's send is under way
+        stopper = threading.Thread(target=gateway.stop, kwargs={"drain_timeout": 5})
+        stopper.start()
+        # (a stop that does not wait for the sweep is over by now; one that does still waits)
+        stopper.join(timeout=5)
+        adapter.release.set()
+        tick.join(timeout=30)
+        stopper.join(timeout=30)
+        assert not stopper.is_alive() and gateway.stopped_cleanly
+        again = ScriptedAdapter()
+        restarted = Gateway(tmp_path / "home0", load_config({}, env={}), adapters=[again],
+                            clock=FakeClock())
+        restarted.start()
+        try:
+            assert restarted.wait_idle(timeout=30)
+            assert again.calls == []  # delivered once: not '♻️ Recovered reply' again
+            assert [r["state"] for r in restarted.store.ledger_rows()] == ["delivered"]
+        finally:
+            restarted.stop(drain_timeout=5)
