@@ -32,6 +32,7 @@ standalone`), whose start recovers from the database exactly as after a crash.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -52,6 +53,7 @@ from hermes_actors.errors import (
     StoreUnreachableError,
 )
 from hermes_actors.model.entry import SessionEntry, validate_session_id
+from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
 from hermes_actors.store.backends.files.journal import (
@@ -73,7 +75,9 @@ from hermes_actors.store.factory import open_backend
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.loader import mirror_additions
 from hermes_actors.store.ops import (
+    AcceptEvent,
     AppendMessage,
+    ConsumeEvents,
     CreateSession,
     DeleteRouting,
     NodeValue,
@@ -556,13 +560,36 @@ class StoreCore:
             done = applied_count(self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL),
                                  name, len(ops))
             if done < len(ops):  # (a degraded run after a crash may have appended more)
-                self.backend.apply([*ops[done:], NodeValue(
+                self.backend.apply([*self._onto_held_events(ops[done:]), NodeValue(
                     self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops)))])
             journal.retire()
             log.warning("imported %d changes of degraded mode from %s", len(ops) - done,
                         journal.path)
         except (StoreError, OSError) as exc:
             log.warning("cannot import %s: %s", journal.path, exc)
+
+    def _onto_held_events(self, ops: list[Op]) -> list[Op]:
+        """A message degraded mode accepted whose ingress key an unconsumed event of the
+        database holds (accepted before the failure, then retried by its client or
+        redelivered by its platform) is that event: its consumption in degraded mode (it
+        was answered) consumes the database's copy too, which is otherwise replayed and
+        answered a second time."""
+        keys = {op.ingress_key for op in ops if isinstance(op, AcceptEvent) and op.ingress_key}
+        if not keys:
+            return ops
+        holders = {}
+        for _, payload in self.backend.pending_inbox():
+            try:
+                event = MessageEvent.from_dict(payload)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if event.ingress_key in keys:
+                holders[event.ingress_key] = event.event_id
+        same = {op.event_id: holders[op.ingress_key] for op in ops
+                if isinstance(op, AcceptEvent) and op.ingress_key in holders}
+        return [dataclasses.replace(op, event_ids=tuple(same.get(i, i) for i in op.event_ids))
+                if isinstance(op, ConsumeEvents) and same.keys() & set(op.event_ids) else op
+                for op in ops]
 
     def _import_jsonl_transcripts(self) -> None:
         """Move transcripts written in degraded mode into the database (idempotent)."""

@@ -166,6 +166,29 @@ class TestOpenFailure:
         healed.close()
         assert len(make_store().outbox_read("webhook", "42")) == 4  # imported once
 
+    def test_a_retry_answered_in_degraded_mode_is_not_replayed_from_the_database(
+            self, make_store, home):
+        """A message accepted before the database failed (and never answered: a crash), sent
+        again by its client with the same message_id and answered in degraded mode, is done
+        with: the next start with the database does not replay the first copy."""
+        healthy = make_store()
+        key = healthy.session_key_for(dm())
+        first = MessageEvent(source=dm(message_id="m1"), text="hello")
+        healthy.accept_event(key, first)
+        healthy.close()
+        (home / "state.db").rename(home / "state.db.away")
+        _break_as_directory(home)
+        degraded = make_store()
+        retry = MessageEvent(source=dm(message_id="m1"), text="hello")  # the client's retry
+        assert degraded.accept_event(key, retry) == retry.event_id  # (it cannot see the first)
+        degraded.consume_events([retry.event_id], "turn")  # answered in degraded mode
+        degraded.close()
+        (home / "state.db").rmdir()
+        (home / "state.db.away").rename(home / "state.db")
+        healed = make_store()
+        assert not healed.degraded
+        assert healed.pending_inbox() == []
+
     def test_recovery_imports_jsonl_and_mirror_into_a_working_database(self, make_store, home):
         _break_as_directory(home)
         degraded = make_store()
