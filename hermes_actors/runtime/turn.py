@@ -429,13 +429,21 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
     turn.settled = True
     usage = token_usage(result.usage)  # (values that are not counts are left out)
     if not usage.empty:
-        store.update_session(
-            key,
-            last_prompt_tokens=usage.prompt_tokens,
-            touch_activity=False,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-        )
+        # Bookkeeping: the answer is recorded (and claimed for this boot) already, so a
+        # failed counter write must not fail the turn (its reply would wait, claimed, for
+        # the next start while the user is told the agent failed).
+        try:
+            store.update_session(
+                key,
+                last_prompt_tokens=usage.prompt_tokens,
+                touch_activity=False,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
+        except (FencedError, StoreUnavailableError):
+            raise  # not this gateway's to send any more (another node, a replacement)
+        except Exception:  # noqa: BLE001 - logged; the answer still goes out
+            log.exception("token usage not recorded session_key=%s", key)
     if owed is not None:
         delivery.attempt(row, event.source, owed[0])
 
