@@ -120,6 +120,13 @@ class _Request:
             ) from None
 
     def _read_body(self) -> bytes:
+        try:
+            return self._read_whole_body()
+        except ConnectionError:  # the client went away mid-body: its mistake, no traceback
+            raise RequestError(
+                400, "the connection was closed before the request body arrived") from None
+
+    def _read_whole_body(self) -> bytes:
         length = parse_content_length(self.environ.get("CONTENT_LENGTH"), self._max_body)
         stream = self.environ["wsgi.input"]
         if length is None:
@@ -128,7 +135,7 @@ class _Request:
                 return b""
             try:
                 data = stream.read(self._max_body + 1)
-            except TimeoutError:
+            except (TimeoutError, ConnectionError):
                 raise
             except (OSError, ValueError) as exc:  # gevent's _InvalidClientInput: bad chunks
                 raise RequestError(400, f"malformed chunked request body ({exc})") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 
 import pytest
@@ -170,6 +171,42 @@ class TestStreamSlots:
             assert rest[-1] == b": the gateway is stopping\n\n"
         finally:
             store.close()
+
+
+class TestClientGoneMidBody:
+    """A client that resets the connection while its body is read is a 400 of its own
+    making: no traceback in the log, no 500 in the metrics."""
+
+    @pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+    def test_a_reset_mid_body_is_400(self, tmp_path, caplog, chunked):
+        store = SessionStore(tmp_path / "sessions", mirror_interval=None)
+        outbox = Outbox(lambda: store)
+
+        from hermes_actors.runtime.counters import IngressCounters
+
+        class Gateway:
+            running = True
+            ingress = IngressCounters()
+
+        class Reset:
+            def read(self, *_):
+                raise ConnectionResetError(104, "Connection reset by peer")
+
+        app = HttpApi(Gateway(), outbox, HttpConfig())
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/messages", "QUERY_STRING": "",
+                   "wsgi.input": Reset()}
+        environ.update({"HTTP_TRANSFER_ENCODING": "chunked"} if chunked
+                       else {"CONTENT_LENGTH": "100"})
+        statuses: list[str] = []
+        try:
+            with caplog.at_level(logging.ERROR, logger="hermes_actors"):
+                body = b"".join(app(environ, lambda status, headers: statuses.append(status)))
+        finally:
+            outbox.close()
+            store.close()
+        assert statuses == ["400 Bad Request"]
+        assert b"closed before the request body" in body
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 class TestClients:
