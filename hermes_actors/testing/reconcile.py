@@ -13,7 +13,14 @@ What answers a message:
   auto-continued turn with a line ``resumed: <the interrupted message's text>`` (the
   scripted agent does), and that answers the earliest unanswered message of the chat with
   that text — an interrupted turn's message was consumed when the turn started, so the
-  continuation is its only answer (§7).
+  continuation is its only answer (§7);
+* a continuation of a continuation: when an auto-continued turn is interrupted too, the
+  next one answers ``resumed: <that turn's message>``, i.e. the recovery note, followed
+  after a blank line by the messages it rode on. That answers those messages (by text) and
+  the message the chain began with, which the outbox no longer names: the latest message
+  after every one answered before and before those answered in or after that row, with no
+  reply of its own (an unanswered message before it stays lost; with none, the chain
+  continued an answered message, which is then answered twice).
 
 A row carrying the recovered prefix (an uncertain send redelivered by recovery, §7) is
 counted apart (``redelivered``): it is the documented at-least-once of a send whose outcome
@@ -255,23 +262,45 @@ def _number(value: object) -> float | None:
 def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, object]],
                 verdict: Verdict) -> None:
     index = {m.event_id: i for i, m in enumerate(messages)}
+    replies = [row for row in rows if row.get("kind") == "reply"]
+    # per reply row: the lowest message index it or a later reply names in in_reply_to
+    # (a chain's first message was sent before those: see _chain_root)
+    bounds: list[int] = []
+    bound = len(messages)
+    for row in reversed(replies):
+        named = [index[e] for e in _ids(row.get("in_reply_to")) if e in index]
+        bound = min([bound, *named])
+        bounds.append(bound)
+    bounds.reverse()
+    named_anywhere = {index[e] for row in replies for e in _ids(row.get("in_reply_to"))
+                      if e in index}
     plain: dict[int, int] = {}      # message index -> plain answers
     first: dict[int, int] = {}      # message index -> position of its first answer
+    chains: dict[str, list[int]] = {}  # a chain's text -> what it answered (its resends)
     position = 0
-    for row in rows:
-        if row.get("kind") != "reply":
-            continue
+    for row, later in zip(replies, bounds, strict=True):
         text = str(row.get("text") or "")
         recovered = text.startswith(RECOVERED_PREFIX)
         if recovered:
             text = text[len(RECOVERED_PREFIX):]
         hits = []  # a continuation goes before the answer of the message it rode on
-        for line in text.splitlines():
-            if line.startswith(RESUMED):
+        lines = text.splitlines()
+        for n, line in enumerate(lines):
+            if not line.startswith(RESUMED):
+                continue
+            body = "\n".join(lines[n:])[len(RESUMED):]
+            if body in chains:  # the same chain sent again (a redelivery, a double send)
+                found = chains[body]
+            elif body.startswith(_NOTE_START):
+                found = chains[body] = _chain(messages, body, plain, first, later,
+                                              named_anywhere)
+            else:
                 hit = _continued(messages, line[len(RESUMED):], plain, first)
-                if hit is not None:
-                    hits.append(hit)
-                    verdict.continued.append(messages[hit].event_id)
+                found = [] if hit is None else [hit]
+            for hit in found:
+                hits.append(hit)
+                verdict.continued.append(messages[hit].event_id)
+            break
         hits += [index[e] for e in _ids(row.get("in_reply_to")) if e in index]
         for hit in hits:
             position += 1
@@ -291,6 +320,46 @@ def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, obj
     answered = [i for i in range(len(messages)) if i in first]
     if [first[i] for i in answered] != sorted(first[i] for i in answered):
         verdict.out_of_order.append(chat)
+
+
+#: How the recovery note of an auto-continued turn begins (§7 step 6).
+_NOTE_START = "[System note:"
+
+
+def _chain(messages: list[Accepted], body: str, plain: Mapping[int, int],
+           first: Mapping[int, int], later: int, named: set[int]) -> list[int]:
+    """What a continuation of a continuation answers: ``body`` (after ``resumed: ``) is the
+    interrupted continuation's message — the note, then, after a blank line, the messages
+    it rode on (one a line) — possibly followed by this turn's own answer lines.
+
+    It answers the messages the note rode on (matched by text, in order, among those not
+    answered yet) and the message the chain began with (:func:`_chain_root`)."""
+    end = body.find("]")
+    rest = body[end + 1:] if end >= 0 else ""
+    riders: list[int] = []
+    if rest.startswith("\n\n"):
+        for line in rest[2:].splitlines():
+            hit = next((i for i, m in enumerate(messages)
+                        if m.text == line and i not in first and not plain.get(i)
+                        and i not in riders and (not riders or i > riders[-1])), None)
+            if hit is None:
+                break  # this turn's own answer, or nothing the chain carried
+            riders.append(hit)
+    root = _chain_root(first, min([later, *riders]), named | set(riders))
+    return ([] if root is None else [root]) + riders
+
+
+def _chain_root(first: Mapping[int, int], below: int, named: set[int]) -> int | None:
+    """The message a chain of continuations began with: the interrupted turn's, consumed
+    after every message answered so far and before those answered in or after this row
+    (index ``below``), answered by no reply of its own; the latest such (an unanswered
+    message before it stays lost). With none, the chain continued a message already
+    answered: the latest one answered so far (which is then answered twice)."""
+    after = max(first, default=-1)
+    candidates = [i for i in range(after + 1, below) if i not in named]
+    if candidates:
+        return candidates[-1]
+    return after if after >= 0 else None
 
 
 def _continued(messages: list[Accepted], text: str, plain: Mapping[int, int],

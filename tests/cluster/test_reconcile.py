@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+from hermes_actors.agents.base import TurnRequest
+from hermes_actors.agents.scripted import ScriptedAgent
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.runtime.recovery_rules import resume_note
 from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.testing.reconcile import Accepted, reconcile, suspension_evidence
 
@@ -167,3 +170,80 @@ class TestSuspendedNotLost:
     def test_a_message_never_consumed_stays_lost(self):
         verdict = reconcile(A, {"c": [_reply("echo: one", "e1")]}, _evidence())
         assert verdict.suspended == ["e2"] and verdict.lost == ["e3"]
+
+
+def _continue(history: list[tuple[str, str]], waiting: str | None = None) -> str:
+    """What the scripted agent answers an auto-continue turn whose session's transcript
+    holds the user messages ``history`` (the last one: the interrupted turn's), with the
+    note riding on ``waiting`` when a message was waiting (§7 step 6)."""
+    note = resume_note("restart_interrupted")
+    message = f"{note}\n\n{waiting}" if waiting else note
+    request = TurnRequest(session_key=KEY, session_id="s1", message=message,
+                          history=[{"role": r, "content": c} for r, c in history],
+                          internal=waiting is None)
+    reply = ScriptedAgent().run_turn(request).reply
+    assert reply is not None
+    return reply
+
+
+class TestContinuationChains:
+    """A continuation interrupted in its turn and continued again: the scripted agent
+    answers ``resumed: <the interrupted continuation's message>``, i.e. the note (and the
+    message it rode on); the chain answers its first message and every one it carried."""
+
+    NOTE = resume_note("restart_interrupted")
+
+    sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 5"),
+            Accepted("e3", "c", "m3"), Accepted("e4", "c", "m4")]
+
+    def test_a_continuation_that_rode_on_a_message_is_continued_again(self):
+        # 'sleep 5' interrupted (crash); next boot the note rides on the waiting 'm3',
+        # interrupted too (crash); the next boot continues that turn: nothing waits
+        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
+                           ("user", self.NOTE + "\n\nm3")])
+        assert reply == "resumed: " + self.NOTE + "\n\nm3"
+        rows = [_reply("echo: one", "e1"), _reply(reply, "w3"), _reply("echo: m4", "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.lost == [] and verdict.ok, verdict.line()
+        assert sorted(verdict.continued) == ["e2", "e3"] and verdict.answered == 4
+
+    def test_a_bare_continuation_continued_again(self):
+        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
+                           ("user", self.NOTE)])
+        rows = [_reply("echo: one", "e1"), _reply(reply, "w3"), _reply("echo: m3", "e3"),
+                _reply("echo: m4", "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.ok and verdict.continued == ["e2"], verdict.line()
+
+    def test_the_chain_continued_with_another_message_riding(self):
+        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
+                           ("user", self.NOTE + "\n\nm3")], waiting="m4")
+        assert reply.endswith("\n\nm3\necho: m4")
+        rows = [_reply("echo: one", "e1"), _reply(reply, "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.ok and sorted(verdict.continued) == ["e2", "e3"], verdict.line()
+
+    def test_a_real_loss_before_the_chain_stays_lost(self):
+        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
+        rows = [_reply(reply, "w2"), _reply("echo: m3", "e3"), _reply("echo: m4", "e4")]
+        verdict = reconcile(self.sent, {"c": rows})  # 'one' was never answered
+        assert verdict.lost == ["e1"] and verdict.continued == ["e2"], verdict.line()
+
+    def test_a_chain_continuing_an_answered_message_is_a_duplicate(self):
+        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
+        rows = [_reply("echo: one", "e1"), _reply("slept 5", "e2"), _reply(reply, "w2"),
+                _reply("echo: m3", "e3"), _reply("echo: m4", "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.duplicated == {"e2": 2} and not verdict.ok, verdict.line()
+
+    def test_a_redelivered_chain_answers_what_the_chain_answered(self):
+        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
+        sent = [Accepted("e2", "c", "sleep 5"), Accepted("e3", "c", "m3"),
+                Accepted("e4", "c", "m4"), Accepted("e5", "c", "m5")]
+        rows = [_reply(reply, "w2"), _reply("echo: m3", "e3"),
+                _reply(RECOVERED_PREFIX + reply, "w2"),
+                _reply("echo: m5", "e5")]  # 'm4' was never answered
+        verdict = reconcile(sent, {"c": rows})
+        assert verdict.lost == ["e4"] and verdict.redelivered == ["e2"], verdict.line()
+        rows[2] = rows[0]  # the chain sent twice
+        assert reconcile(sent, {"c": rows}).duplicated == {"e2": 2}

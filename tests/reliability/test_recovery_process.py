@@ -59,6 +59,34 @@ class TestKillMidTurn:
         assert third.turns() == []
 
 
+class TestContinuationInterruptedAgain:
+    """A continuation killed in its turn too is continued once more; the reconciliation
+    counts the chain's messages answered, not lost."""
+
+    def test_a_chain_of_two_kills_answers_both_messages(self, spawn):
+        config = {"busy_input_mode": "queue"}
+        first = spawn(config)
+        sent = [Accepted(first.send("sleep 60"), "42", "sleep 60")]
+        first.expect("TURN")
+        sent.append(Accepted(first.send("sleep 61"), "42", "sleep 61"))  # queued behind
+        first.kill()
+        second = spawn(config)
+        note = resume_note("restart_interrupted")
+        turn = second.expect("TURN", keep=True)
+        assert json.loads(turn[5:]) == note + "\n\nsleep 61"  # the note rode on it
+        second.kill()
+        third = spawn(config)
+        third.idle()
+        assert third.sent() == ["resumed: " + note + "\n\nsleep 61"]
+        third.stop()
+        rows = [{"kind": row["kind"], "text": row["content"],
+                 "in_reply_to": row["in_reply_to"]}
+                for row in db_rows(third.home, "deliveries", config=third.config)]
+        verdict = reconcile(sent, {"42": rows}, evidence(third))
+        assert verdict.ok and verdict.lost == [], verdict.line()
+        assert sorted(verdict.continued) == sorted(m.event_id for m in sent)
+
+
 class TestCrashPoints:
     """Replies persisted or sent before the crash are delivered once, never re-run."""
 
