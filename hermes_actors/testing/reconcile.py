@@ -13,7 +13,9 @@ What answers a message:
   auto-continued turn with a line ``resumed: <the interrupted message's text>`` (the
   scripted agent does), and that answers the earliest unanswered message of the chat with
   that text — an interrupted turn's message was consumed when the turn started, so the
-  continuation is its only answer (§7);
+  continuation is its only answer (§7). A turn of merged follow-ups holds their texts a
+  line each: the lines after that one that are the texts of the next messages not answered
+  yet answer those too;
 * a continuation of a continuation: when an auto-continued turn is interrupted too, the
   next one answers ``resumed: <that turn's message>``, i.e. the recovery note, followed
   after a blank line by the messages it rode on. That answers those messages (by text) and
@@ -297,6 +299,8 @@ def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, obj
             else:
                 hit = _continued(messages, line[len(RESUMED):], plain, first)
                 found = [] if hit is None else [hit]
+                if hit is not None:  # a merged turn: the other messages, a line each
+                    found += _carried(messages, lines[n + 1:], plain, first, found)
             for hit in found:
                 hits.append(hit)
                 verdict.continued.append(messages[hit].event_id)
@@ -338,15 +342,27 @@ def _chain(messages: list[Accepted], body: str, plain: Mapping[int, int],
     rest = body[end + 1:] if end >= 0 else ""
     riders: list[int] = []
     if rest.startswith("\n\n"):
-        for line in rest[2:].splitlines():
-            hit = next((i for i, m in enumerate(messages)
-                        if m.text == line and i not in first and not plain.get(i)
-                        and i not in riders and (not riders or i > riders[-1])), None)
-            if hit is None:
-                break  # this turn's own answer, or nothing the chain carried
-            riders.append(hit)
+        riders = _carried(messages, rest[2:].splitlines(), plain, first, [])
     root = _chain_root(first, min([later, *riders]), named | set(riders))
     return ([] if root is None else [root]) + riders
+
+
+def _carried(messages: list[Accepted], lines: list[str], plain: Mapping[int, int],
+             first: Mapping[int, int], before: list[int]) -> list[int]:
+    """The messages one user message carried, a line each (a merged turn's texts are
+    joined by newlines), after those ``before`` it: each line, in order, the earliest
+    message with that text not answered yet and sent after the one before; the first line
+    that is none ends it (what follows is the turn's own answer)."""
+    carried: list[int] = []
+    for line in lines:
+        last = (before + carried)[-1] if before or carried else -1
+        hit = next((i for i, m in enumerate(messages)
+                    if i > last and m.text == line and i not in first and not plain.get(i)),
+                   None)
+        if hit is None:
+            break
+        carried.append(hit)
+    return carried
 
 
 def _chain_root(first: Mapping[int, int], below: int, named: set[int]) -> int | None:

@@ -247,3 +247,36 @@ class TestContinuationChains:
         assert verdict.lost == ["e4"] and verdict.redelivered == ["e2"], verdict.line()
         rows[2] = rows[0]  # the chain sent twice
         assert reconcile(sent, {"c": rows}).duplicated == {"e2": 2}
+
+
+class TestMergedContinuations:
+    """Follow-ups merged into one turn (``busy_input_mode: interrupt``, or messages replayed
+    after a restart) are one user message, their texts a line each: a continuation of that
+    turn answers every one of them."""
+
+    sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 5"),
+            Accepted("e3", "c", "sleep 6"), Accepted("e4", "c", "m4")]
+
+    def test_a_merged_turn_continued(self):
+        reply = _continue([("user", "one"), ("assistant", "echo: one"),
+                           ("user", "sleep 5\nsleep 6")])
+        assert reply == "resumed: sleep 5\nsleep 6"
+        rows = [_reply("echo: one", "e1"), _reply(reply, "w1"), _reply("echo: m4", "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.ok and verdict.continued == ["e2", "e3"], verdict.line()
+
+    def test_a_merged_turn_continued_with_a_message_riding(self):
+        reply = _continue([("user", "one"), ("assistant", "echo: one"),
+                           ("user", "sleep 5\nsleep 6")], waiting="m4")
+        rows = [_reply("echo: one", "e1"), _reply(reply, "e4")]
+        verdict = reconcile(self.sent, {"c": rows})
+        assert verdict.ok and verdict.continued == ["e2", "e3"], verdict.line()
+
+    def test_a_continuation_that_rode_on_merged_messages_continued_again(self):
+        note = resume_note("restart_interrupted")
+        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 4"),
+                           ("user", note + "\n\nsleep 5\nsleep 6")])
+        sent = [*self.sent[:1], Accepted("e0", "c", "sleep 4"), *self.sent[1:]]
+        rows = [_reply("echo: one", "e1"), _reply(reply, "w1"), _reply("echo: m4", "e4")]
+        verdict = reconcile(sent, {"c": rows})
+        assert verdict.ok and sorted(verdict.continued) == ["e0", "e2", "e3"], verdict.line()
