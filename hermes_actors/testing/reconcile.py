@@ -44,7 +44,8 @@ unanswered message ``suspended`` only when all of this holds:
   accepted before the suspension;
 * the session's transcript holds its text as a user message *after the session's last
   answer* (the turns the guard gave up on: the interrupted turn and the continuations of it
-  that were interrupted again; a note riding on it is allowed for);
+  that were interrupted again; a note riding on it is allowed for, and so is a turn of
+  merged follow-ups, whose texts it holds a line each);
 * no failure notice names it (a failed turn was answered, not interrupted).
 
 Anything else unanswered stays ``lost``.
@@ -193,9 +194,19 @@ def _abandoned(text: str, consumed: Consumed | None,
             continue
         if session.ended_at is not None and consumed.at > session.ended_at:
             continue
-        if any(m == text or m.endswith("\n\n" + text) for m in session.abandoned):
+        if any(_holds(m, text) for m in session.abandoned):
             return True
     return False
+
+
+def _holds(message: str, text: str) -> bool:
+    """Whether a user message of a transcript holds the message ``text``: it is that text,
+    or a note rode on it, or it merged follow-ups (their texts a line each)."""
+    if message == text or message.endswith("\n\n" + text):
+        return True
+    if message.startswith(_NOTE_START):
+        message = message.partition("\n\n")[2]
+    return text in message.split("\n")
 
 
 def suspension_evidence(*, inbox: Iterable[Mapping[str, object]],

@@ -280,3 +280,21 @@ class TestMergedContinuations:
         rows = [_reply("echo: one", "e1"), _reply(reply, "w1"), _reply("echo: m4", "e4")]
         verdict = reconcile(sent, {"c": rows})
         assert verdict.ok and sorted(verdict.continued) == ["e0", "e2", "e3"], verdict.line()
+
+    def test_merged_messages_of_a_suspended_turn_are_suspended(self):
+        sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 2"),
+                Accepted("e3", "c", "sleep 3")]
+        inbox = [{"event_id": e, "session_key": KEY, "consumed_at": at,
+                  "consumed_reason": "turn"}
+                 for e, at in (("e1", 120.0), ("e2", 150.0), ("e3", 150.0))]
+        sessions = [{"id": "s1", "session_key": KEY, "started_at": 100.0,
+                     "ended_at": 200.0, "end_reason": "suspended"}]
+        for merged in ("sleep 2\nsleep 3", NOTE + "\n\nsleep 2\nsleep 3"):
+            messages = [{"session_id": "s1", "role": r, "content": c, "is_reply": y}
+                        for r, c, y in (("user", "one", False),
+                                        ("assistant", "echo: one", True),
+                                        ("user", merged, False))]
+            evidence = suspension_evidence(inbox=inbox, sessions=sessions, routing=[],
+                                           messages=messages)
+            verdict = reconcile(sent, {"c": [_reply("echo: one", "e1")]}, evidence)
+            assert verdict.suspended == ["e2", "e3"] and verdict.lost == [], merged
