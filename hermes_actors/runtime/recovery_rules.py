@@ -23,6 +23,7 @@ __all__ = [
     "MarkerVerdict",
     "auto_continue_candidates",
     "judge_marker",
+    "latest_interrupted",
     "marker_max_age",
     "next_restart_counts",
     "plan_startup_dispatch",
@@ -44,6 +45,22 @@ _NOTE = (
 def resume_note(reason: str | None) -> str:
     """The system note for an auto-continued turn (§7 step 6, §17.22)."""
     return _NOTE.format(what="shutdown" if reason == "shutdown_timeout" else "restart")
+
+
+#: The most session keys ``SupervisorStatistics.interrupted`` lists: a cluster node
+#: recovers shards again and again over its life, and the list must not grow with them.
+MAX_INTERRUPTED = 1000
+
+
+def latest_interrupted(keys: Iterable[str], more: Iterable[str],
+                       limit: int = MAX_INTERRUPTED) -> tuple[str, ...]:
+    """The keys interrupted so far (``keys``), then those of this recovery (``more``), each
+    key once at its latest place, and of those the last ``limit``."""
+    more = list(more)
+    latest = set(more)
+    merged = dict.fromkeys(key for key in keys if key not in latest)
+    merged.update(dict.fromkeys(more))
+    return tuple(merged)[-limit:] if limit else ()
 
 
 def next_restart_counts(counts: Mapping[str, int], mid_turn: Iterable[str],

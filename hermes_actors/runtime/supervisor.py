@@ -30,6 +30,7 @@ from hermes_actors.runtime.ledger_sweep import sweep_ledger
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import (
     auto_continue_candidates,
+    latest_interrupted,
     next_restart_counts,
     record_boot,
 )
@@ -114,7 +115,7 @@ class SupervisorActor(LightActor):
                 also.append(store.session_restarts_op(changes))
             self._counts = {**{k: n for k, n in self._counts.items() if not belongs(k)},
                             **ours}
-            self._interrupted += tuple(mid_turn)
+            self._interrupted = latest_interrupted(self._interrupted, mid_turn)
         elif belongs is None:
             self._write_counts(next_restart_counts(self._counts, mid_turn, waiting))
             self._interrupted = tuple(mid_turn)
@@ -122,7 +123,7 @@ class SupervisorActor(LightActor):
             others = {k: n for k, n in self._counts.items() if not belongs(k)}
             ours = next_restart_counts(self._counts, mid_turn, waiting)
             self._write_counts({**others, **ours})
-            self._interrupted += tuple(mid_turn)
+            self._interrupted = latest_interrupted(self._interrupted, mid_turn)
         settlements, unrecorded = [], []
         for entry, verdict in verdicts:
             owed = reason = None

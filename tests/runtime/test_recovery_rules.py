@@ -11,6 +11,7 @@ from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.recovery_rules import (
     auto_continue_candidates,
     judge_marker,
+    latest_interrupted,
     marker_max_age,
     next_restart_counts,
     plan_startup_dispatch,
@@ -79,6 +80,20 @@ class TestCounters:
         assert next_restart_counts({"a": 2, "b": 1}, ["c"], waiting=["a", "d"]) == {
             "a": 2, "c": 1}
         assert next_restart_counts({"a": 2}, ["a"], waiting=["a"]) == {"a": 3}
+
+
+class TestInterruptedList:
+    """The keys a node's recoveries found mid-turn: each once, the latest ones, bounded."""
+
+    def test_each_key_once_at_its_latest_place(self):
+        assert latest_interrupted(("a", "b"), ["b", "c"]) == ("a", "b", "c")
+        assert latest_interrupted(("a", "b", "c"), ["a"]) == ("b", "c", "a")
+
+    def test_shard_recoveries_over_a_long_life_stay_bounded(self):
+        keys: tuple[str, ...] = ()
+        for n in range(50):
+            keys = latest_interrupted(keys, [f"k{n}", "again"], limit=10)
+        assert len(keys) == 10 and keys[-2:] == ("k49", "again")
 
 
 class TestStorm:
