@@ -119,6 +119,20 @@ class TestOpenFailure:
         assert store.ledger_finish(oid, "delivered") == "delivered"
         assert sum("journaled in the home" in r.getMessage() for r in caplog.records) == 1
 
+    def test_a_prune_in_degraded_mode_holds_across_a_degraded_restart(self, make_store, home,
+                                                                        clock):
+        _break_as_directory(home)
+        store = make_store()
+        entry = store.get_or_create_session(dm())
+        event = MessageEvent(source=dm(), text="hi")
+        store.accept_event(entry.session_key, event)
+        store.consume_events([event.event_id], "turn")
+        clock.advance(8 * 86400)
+        assert store.inbox_prune(7) == 1
+        store.close()
+        again = make_store()  # still degraded: the journal is read back, its prune too
+        assert again.degraded and again.backend.rows("inbox") == []
+
     def test_an_accepted_event_waits_across_degraded_and_healed_starts(self, make_store, home):
         _break_as_directory(home)
         first = make_store()

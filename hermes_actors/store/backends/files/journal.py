@@ -11,7 +11,9 @@ the transcripts):
   crash, and one delivered is not sent again;
 - an outbox row, with the cursor degraded mode drew for it: its replies can still be read,
   and no cursor a client saw is handed out again;
-- a session created, ended (with its reason) or charged tokens.
+- a session created, ended (with its reason) or charged tokens;
+- the housekeeping prunes of the three tables, so that a degraded run read back holds
+  what a database would, not every row since degraded mode began.
 
 A degraded start reads the journal back into memory. The next start with a working
 database applies it, in order, in one transaction that also records the journal's name
@@ -43,10 +45,13 @@ from hermes_actors.store.ops import (
     EndSession,
     LedgerClaim,
     LedgerFinish,
+    LedgerPrune,
     LedgerRecord,
     LedgerRelease,
     Op,
     OutboxAppend,
+    OutboxPrune,
+    PruneInbox,
     WithdrawEvent,
 )
 
@@ -61,8 +66,9 @@ JOURNAL_NAME = "degraded.journal"
 IMPORTED_JOURNAL = "imported_journal"
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    AcceptEvent, ConsumeEvents, WithdrawEvent, LedgerRecord, LedgerClaim, LedgerRelease,
-    LedgerFinish, OutboxAppend, CreateSession, EndSession, AddTokens)}
+    AcceptEvent, ConsumeEvents, WithdrawEvent, PruneInbox, LedgerRecord, LedgerClaim,
+    LedgerRelease, LedgerFinish, LedgerPrune, OutboxAppend, OutboxPrune, CreateSession,
+    EndSession, AddTokens)}
 #: The operations journaled.
 JOURNALED: tuple[type, ...] = tuple(_TYPES.values())
 
