@@ -631,6 +631,54 @@ class TestAJournalImportedButNotSetAside:
         assert [e.event_id for _, e in healed.pending_inbox()] == [two.event_id]
 
 
+_KILLED_BETWEEN_THE_WRITES = """
+import os, signal, sys
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.source import SessionSource
+from hermes_actors.store import SessionStore
+from hermes_actors.store.backends.files.journal import DegradedJournal
+
+store = SessionStore(sys.argv[1])
+assert store.degraded
+entry = store.get_or_create_session(SessionSource("telegram", chat_id="42", user_id="7"))
+token = store.begin_turn(entry.session_key, entry.session_id,
+                         user_message={"role": "user", "content": "hello"})
+journal_append = DegradedJournal.append
+
+def append(self, ops):  # the reply's list: SIGKILL between its two fsyncs
+    if any(getattr(op, "is_reply", False) for op in ops):
+        os.kill(os.getpid(), signal.SIGKILL)
+    journal_append(self, ops)
+
+DegradedJournal.append = append
+store.ledger_record(session_key=entry.session_key, platform="telegram", chat_id="42",
+                    thread_id=None, content="the answer", kind="reply", token=token,
+                    clear_turn=True, claim=True,
+                    reply=(entry.session_id, {"role": "assistant", "content": "the answer"}))
+"""
+
+
+class TestAReplyKilledBetweenItsWrites:
+    """A degraded reply's transcript line is written before its journal line: killed
+    between the two, the reply is in the transcript, so the next start delivers it once (the
+    turn marker finds it) instead of running the turn again on top of a redelivery."""
+
+    def test_the_reply_is_in_the_transcript(self, make_store, home):
+        import subprocess
+        import sys
+
+        _break_as_directory(home)
+        child = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_THE_WRITES,
+                                str(home / "sessions")], timeout=60)
+        assert child.returncode == -9
+        (home / "state.db").rmdir()
+        healed = make_store()
+        [entry] = healed.stored_entries()
+        assert [m["content"] for m in healed.load_transcript(entry.session_id)] == [
+            "hello", "the answer"]
+        assert healed.ledger_rows() == []  # nothing owed twice: the marker's recovery sends it
+
+
 class TestDegradedOutboxOrder:
     """Degraded mode numbers and stores its outbox rows in one order: a long-poll reader
     that read up to a cursor never finds a lower one appearing after it."""

@@ -211,9 +211,12 @@ class FilesBackend:
                     record["is_reply"] = True
                 appends.setdefault(op.session_id, []).append(record)
         try:
-            self._journal.append(ops)
+            # transcripts first: a reply whose list is cut by a crash here is in the
+            # transcript, where the turn marker's recovery finds and delivers it once; its
+            # ledger line would have it redelivered while the marker ran the turn again
             for session_id, records in appends.items():
                 self._transcripts.append(session_id, records)
+            self._journal.append(ops)
             for op in ops:
                 if isinstance(op, NodeValue):
                     write_home_file(self._home, op.name, op.value)
