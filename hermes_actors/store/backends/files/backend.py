@@ -216,7 +216,6 @@ class FilesBackend:
             # ledger line would have it redelivered while the marker ran the turn again
             for session_id, records in appends.items():
                 self._transcripts.append(session_id, records)
-            self._journal.append(ops)
             for op in ops:
                 if isinstance(op, NodeValue):
                     write_home_file(self._home, op.name, op.value)
@@ -224,6 +223,8 @@ class FilesBackend:
                     current = read_home_files(self._home).get("restart_counts")
                     write_home_file(self._home, "restart_counts",
                                     merged_restart_counts(current, op.counts))
+            # the journal last: a write that failed before it is not imported later
+            self._journal.append(ops)
         except OSError as exc:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         except UnicodeError as exc:  # a lone surrogate: refused, as SQLite refuses it
