@@ -160,6 +160,35 @@ class TestUsage:
         assert adapter.texts() == ["the answer"]
         assert [r["state"] for r in gw.store.ledger_rows()] == ["delivered"]
 
+    def test_a_failed_usage_write_still_delivers_the_recorded_reply(self, tmp_path):
+        # the reply is recorded (claimed by this boot) before the usage is: a store failure
+        # there must not turn the answered turn into a failure notice, the reply unsent
+        from hermes_actors.errors import StoreError
+
+        adapter = InMemoryAdapter("telegram")
+        gw = Gateway(tmp_path / "home", config=load_config({}, env={}), adapters=[adapter],
+                     agent_factory=lambda context: _UsageAgent({"input_tokens": 5}),
+                     clock=FakeClock(), memory_probe=FakeMemoryProbe())
+        gw.start()
+        try:
+            real_update, failures = gw.store.update_session, []
+
+            def update_once(*args, **kwargs):
+                if not failures:
+                    failures.append(1)
+                    raise StoreError("the database is gone for a moment")
+                return real_update(*args, **kwargs)
+
+            gw.store.update_session = update_once
+            gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42"), text="hi"))
+            assert gw.wait_idle(timeout=20)
+            gw.housekeeping_tick()  # (a sweep would send a reply left owed: not needed)
+            assert gw.wait_idle(timeout=20)
+            assert failures and adapter.texts() == ["the answer"]
+            assert gw.store.ledger_rows(("pending", "attempting", "failed")) == []
+        finally:
+            gw.stop(drain_timeout=5)
+
     def test_counters_are_recorded(self, one_turn):
         gw, _ = one_turn({"input_tokens": 10, "output_tokens": 3.0, "prompt_tokens": "7"})
         assert gw.store.get("agent:main:telegram:dm:42").last_prompt_tokens == 7
