@@ -129,6 +129,19 @@ class TestServerOutage:
             assert gateway.stop() == 0
 
 
+def _in_an_outage(own_server, start_gateway, dsn):
+    """A gateway on ``dsn`` that answered once, then met the paused server (``own_server``
+    is resumed by the caller): returned once it logged the outage."""
+    gateway = start_gateway(env={"HERMES_STORE_BACKEND": "postgres", "HERMES_STORE_DSN": dsn})
+    gateway.post("1", "hello")
+    gateway.replies("1", 1)
+    own_server.pause()
+    # its write fails (or is refused, once the outage is known): either way seen
+    gateway.request("POST", "/v1/messages", {"chat_id": "1", "text": "during"})
+    gateway.stderr.expect(r"event=store_outage", timeout=60)
+    return gateway
+
+
 class TestHomeDuringAnOutage:
     """While the gateway waits for its database, the home stays its own (no second gateway
     can take it between the replacements), and a stop signal ends the process."""
@@ -139,14 +152,7 @@ class TestHomeDuringAnOutage:
         from hermes_actors.runtime.homelock import HomeLock
 
         with own_server.database() as dsn:
-            gateway = start_gateway(env={"HERMES_STORE_BACKEND": "postgres",
-                                         "HERMES_STORE_DSN": dsn})
-            gateway.post("1", "hello")
-            gateway.replies("1", 1)
-            own_server.pause()
-            # its write fails (or is refused, once the outage is known): either way seen
-            gateway.request("POST", "/v1/messages", {"chat_id": "1", "text": "during"})
-            gateway.stderr.expect(r"event=store_outage", timeout=60)
+            gateway = _in_an_outage(own_server, start_gateway, dsn)
             gateway.stderr.expect(r"event=store_waiting", timeout=60)  # a start failed
             with pytest.raises(HomeInUseError):
                 HomeLock(gateway.home).acquire()
@@ -160,14 +166,8 @@ class TestWaitingLogs:
 
     def test_a_failed_start_is_one_line(self, own_server, start_gateway):
         with own_server.database() as dsn:
-            gateway = start_gateway(env={"HERMES_STORE_BACKEND": "postgres",
-                                         "HERMES_STORE_DSN": dsn})
-            gateway.post("1", "hello")
-            gateway.replies("1", 1)
-            own_server.pause()
+            gateway = _in_an_outage(own_server, start_gateway, dsn)
             try:
-                gateway.request("POST", "/v1/messages", {"chat_id": "1", "text": "during"})
-                gateway.stderr.expect(r"event=store_outage", timeout=60)
                 gateway.stderr.expect(r"event=store_waiting attempt=1 ", timeout=60)
                 gateway.stderr.expect(r"event=store_waiting attempt=2 ", timeout=60)
                 text = gateway.stderr.text()

@@ -67,6 +67,16 @@ class _CountingAgent(EchoAgent):
         return super().run_turn(request)
 
 
+def _start_counting(home, clock, runs):
+    """A started gateway on ``home`` whose agent records what it runs in ``runs``; returns
+    it, its adapter and its start's report."""
+    adapter = InMemoryAdapter("telegram")
+    gw = Gateway(home, config=load_config({}, env={}),
+                 agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
+                 clock=clock)
+    return gw, adapter, gw.start()
+
+
 def _foreign_reply_home(home, clock, reply: str | None, *, internal: bool = False,
                         reply_age: float = 0.0, degraded: bool = False) -> str:
     """A session mid-turn whose transcript rows were written without the gateway's turn
@@ -97,19 +107,12 @@ class TestReplyInTheTranscript:
     marker is owed nothing on an internal turn and the silence notice on a human one; a reply
     older than the marker belongs to an earlier turn and the turn resumes instead."""
 
-    def _start(self, home, clock, runs):
-        adapter = InMemoryAdapter("telegram")
-        gw = Gateway(home, config=load_config({}, env={}),
-                     agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
-                     clock=clock)
-        return gw, adapter, gw.start()
-
     @pytest.mark.parametrize("degraded", [False, True])
     def test_delivered_once_as_recovered_and_not_rerun(self, tmp_path, degraded):
         clock, runs = FakeClock(), []
         home = tmp_path / "home"
         key = _foreign_reply_home(home, clock, "the answer", degraded=degraded)
-        gw, adapter, report = self._start(home, clock, runs)
+        gw, adapter, report = _start_counting(home, clock, runs)
         try:
             assert gw.wait_idle(10)
             assert report.recovered_replies == 1 and report.resumed == []
@@ -122,7 +125,7 @@ class TestReplyInTheTranscript:
         finally:
             gw.stop(drain_timeout=5)
         # a second (clean) start owes nothing more
-        gw, adapter, report = self._start(home, clock, runs)
+        gw, adapter, report = _start_counting(home, clock, runs)
         try:
             assert gw.wait_idle(10) and adapter.sent == [] and runs == []
         finally:
@@ -131,7 +134,7 @@ class TestReplyInTheTranscript:
     def test_silence_on_a_human_turn_becomes_the_notice(self, tmp_path):
         clock, runs = FakeClock(), []
         _foreign_reply_home(tmp_path / "home", clock, "NO_REPLY")
-        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        gw, adapter, report = _start_counting(tmp_path / "home", clock, runs)
         try:
             assert gw.wait_idle(10)
             assert adapter.texts("9") == [SILENCE_NOTICE] and runs == []
@@ -142,7 +145,7 @@ class TestReplyInTheTranscript:
     def test_silence_on_an_internal_turn_is_owed_nothing(self, tmp_path):
         clock, runs = FakeClock(), []
         key = _foreign_reply_home(tmp_path / "home", clock, "[SILENT]", internal=True)
-        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        gw, adapter, report = _start_counting(tmp_path / "home", clock, runs)
         try:
             assert gw.wait_idle(10)
             assert adapter.sent == [] and runs == [] and report.resumed == []
@@ -154,7 +157,7 @@ class TestReplyInTheTranscript:
     def test_an_earlier_turns_reply_is_not_adopted(self, tmp_path):
         clock, runs = FakeClock(), []
         key = _foreign_reply_home(tmp_path / "home", clock, "old answer", reply_age=1.0)
-        gw, adapter, report = self._start(tmp_path / "home", clock, runs)
+        gw, adapter, report = _start_counting(tmp_path / "home", clock, runs)
         try:
             assert gw.wait_idle(10)
             assert report.recovered_replies == 0 and report.resumed == [key]
@@ -325,12 +328,8 @@ def test_a_new_waiting_in_the_inbox_is_not_preceded_by_a_resumed_turn(tmp_path):
     store.accept_event(key, MessageEvent(source=SessionSource("telegram", chat_id="2",
                                                               user_id="7"), text="/new"))
     store.close()
-    adapter = InMemoryAdapter("telegram")
-    gw = Gateway(home, config=load_config({}, env={}),
-                 agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
-                 clock=clock)
+    gw, adapter, report = _start_counting(home, clock, runs)
     try:
-        report = gw.start()
         assert gw.wait_idle(10)
         assert report.resumed == []
         assert adapter.texts("2") == [NEW_SESSION]
@@ -359,12 +358,8 @@ def test_an_earlier_turns_owed_reply_does_not_cancel_the_resume_of_a_later_one(t
     clock.advance(1)
     store.begin_turn(key, sid, user_message={"role": "user", "content": "two"})
     store.close()  # ... and the process dies mid-turn
-    adapter = InMemoryAdapter("telegram")
-    gw = Gateway(home, config=load_config({}, env={}),
-                 agent_factory=lambda _ctx: _CountingAgent(runs), adapters=[adapter],
-                 clock=clock)
+    gw, adapter, report = _start_counting(home, clock, runs)
     try:
-        report = gw.start()
         assert gw.wait_idle(10)
         assert report.redelivered == 1
         assert report.resumed == [key]
