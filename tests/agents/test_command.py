@@ -192,14 +192,18 @@ class TestInterrupt:
         assert future.result(timeout=10) == TurnResult(None, "interrupted")
         assert_gone(pid)
 
-    def test_stray_helper_is_killed_after_an_interrupt(self, programs, started, worker):
-        """A helper in the group that ignores SIGTERM is SIGKILLed after the grace period,
-        though the program itself died of the SIGTERM and was reaped."""
-        agent = CommandAgent(argv(programs, "block", started.port, "stray"),
-                             timeout=60, grace=0.3)
+    @pytest.mark.parametrize("stop", ["interrupt", "close"])
+    def test_stray_helper_is_killed(self, programs, started, worker, stop):
+        """A helper in the group that ignores SIGTERM is SIGKILLed: after the grace period
+        for an interrupt (though the program itself died of the SIGTERM and was reaped), at
+        once by ``close``."""
+        # (an interrupt with a short grace; close with the default one, which it does not use)
+        grace = {"grace": 0.3} if stop == "interrupt" else {}
+        agent = CommandAgent(argv(programs, "block", started.port, "stray"), timeout=60,
+                             **grace)
         future = worker.submit(agent.run_turn, make_request())
         pid, helper = started.wait()
-        agent.interrupt("/stop")
+        agent.interrupt("/stop") if stop == "interrupt" else agent.close()
         assert future.result(timeout=10) == TurnResult(None, "interrupted")
         assert_gone(pid)
         assert_gone(helper)
@@ -213,17 +217,6 @@ class TestInterrupt:
             with pytest.raises(CommandAgentTimeout):
                 agent.run_turn(make_request())
             _, helper = reported.result(timeout=10)
-        assert_gone(helper)
-
-    def test_stray_helper_is_killed_by_close(self, programs, started, worker):
-        """``close`` SIGKILLs the whole group at once, a helper that ignores SIGTERM
-        included."""
-        agent = CommandAgent(argv(programs, "block", started.port, "stray"), timeout=60)
-        future = worker.submit(agent.run_turn, make_request())
-        pid, helper = started.wait()
-        agent.close()
-        assert future.result(timeout=10) == TurnResult(None, "interrupted")
-        assert_gone(pid)
         assert_gone(helper)
 
     def test_a_helper_left_holding_the_output_does_not_hold_up_the_reply(

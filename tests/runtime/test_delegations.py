@@ -181,15 +181,22 @@ class TestShutdown:
 class TestRegistryOutcomes:
     """§17.44: output rules for returned, cancelled and raising delegation functions."""
 
-    def run(self, fn, cancel_first=False):
-        done = threading.Event()
+    @staticmethod
+    def recording():
+        """A registry whose completions are recorded: ``(registry, report, result, done,
+        finished)``; ``done`` is set at the report, ``finished`` when a delegation ends."""
+        done, finished = threading.Event(), threading.Event()
         result = {}
-        reg = DelegationRegistry(lambda: None, lambda: None)
+        reg = DelegationRegistry(lambda: None, finished.set)
 
         def report(d, status, output):
             result.update(status=status, output=output, label=d.label)
             done.set()
 
+        return reg, report, result, done, finished
+
+    def run(self, fn, cancel_first=False):
+        reg, report, result, done, _ = self.recording()
         if cancel_first:
             gate = threading.Event()
 
@@ -236,13 +243,7 @@ class TestRegistryOutcomes:
 
     def test_system_exit_is_failed_and_the_delegation_ends(self):
         """argparse rejecting input, or sys.exit() in a tool: reported like any failure."""
-        done, finished = threading.Event(), threading.Event()
-        result = {}
-        reg = DelegationRegistry(lambda: None, finished.set)
-
-        def report(d, status, output):
-            result.update(status=status, output=output)
-            done.set()
+        reg, report, result, done, finished = self.recording()
 
         def exits(cancel, progress):
             progress("parsing")
@@ -250,7 +251,8 @@ class TestRegistryOutcomes:
 
         reg.start("k", "s", exits, "job", report)
         assert done.wait(5) and finished.wait(5)
-        assert result == {"status": "failed", "output": "parsing\nerror: SystemExit: 2"}
+        assert result == {"status": "failed", "output": "parsing\nerror: SystemExit: 2",
+                          "label": "job"}
         assert reg.running() == 0
         assert reg.wait_finished(5)
 
@@ -258,14 +260,8 @@ class TestRegistryOutcomes:
     def test_killed_worker_is_interrupted_and_the_delegation_ends(self):
         import gevent
 
-        done, finished, started = threading.Event(), threading.Event(), threading.Event()
-        result = {}
-        workers = []
-        reg = DelegationRegistry(lambda: None, finished.set)
-
-        def report(d, status, output):
-            result.update(status=status, output=output)
-            done.set()
+        reg, report, result, done, finished = self.recording()
+        started, workers = threading.Event(), []
 
         def blocks(cancel, progress):
             progress("half")
@@ -277,5 +273,5 @@ class TestRegistryOutcomes:
         assert started.wait(5)
         gevent.kill(workers[0])
         assert done.wait(5) and finished.wait(5)
-        assert result == {"status": "interrupted", "output": "half"}
+        assert result == {"status": "interrupted", "output": "half", "label": "job"}
         assert reg.running() == 0
