@@ -127,6 +127,7 @@ def ready_result(line: str, ready_s: float, raw: list[tuple[float, str]], *, raw
     ]
     return {"figures": figures, "details": {"sessions": sessions, "markers": markers,
                                             "report": report, "raw_read_runs": raw,
-                                            "import_s": detail["import_s"], **details}}
+                                            "import_s": detail["import_s"],
+                                            "gc_threshold": detail["gc_threshold"], **details}}
 
 

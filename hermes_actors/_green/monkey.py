@@ -4,9 +4,13 @@ standalone gateway, the benchmarks' children), with the package metadata read on
 gevent announces every module it patches to plugins it finds through package entry points,
 and each announcement asks ``importlib.metadata.entry_points`` again, which reads the
 metadata of every installed distribution: 25 reads of each of ~50 distributions on a test
-install, ~30 ms of the 96 ms ``patch_all`` took (65 ms now), close to a tenth of a crash
-recovery of 100,000 sessions. Here the entry points are read once and answered from that one
-reading for the length of the call: gevent finds the same plugins, in the same order.
+install, ~30 ms of the 96 ms ``patch_all`` took, close to a tenth of a crash recovery of
+100,000 sessions. Importing ``importlib.metadata`` at all costs another 30–45 ms (the
+``email`` package). So the plugins are read once, straight from the distributions'
+``entry_points.txt`` (:mod:`hermes_actors._green.plugins`), and a stand-in answers gevent
+from that reading for the length of the call; where that reading cannot be trusted (a zip
+on ``sys.path``), or ``importlib.metadata`` is imported already, the real entry points are
+read once instead. Either way gevent finds the same plugins.
 
 Neither this module nor its package imports ``threading`` (or anything that does) at import
 time: the patching must come first.
@@ -22,6 +26,7 @@ life (session actors live as long as their session). Nothing here reads it; it s
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 __all__ = ["patch_all"]
@@ -29,13 +34,33 @@ __all__ = ["patch_all"]
 
 def patch_all() -> None:
     """``gevent.monkey.patch_all()`` with its defaults, entry points read once."""
-    from importlib import metadata
-
     import gevent
     from gevent import monkey
 
+    from hermes_actors._green.plugins import read_plugins, stand_in
+
     if "GEVENT_TRACK_GREENLET_TREE" not in os.environ:
         gevent.config.track_greenlet_tree = False
+
+    plugins = None if "importlib.metadata" in sys.modules else read_plugins()
+    if plugins is None:
+        _patch_reading_once(monkey)
+        return
+    module = stand_in(plugins)
+    sys.modules["importlib.metadata"] = module
+    try:
+        monkey.patch_all()
+    finally:
+        if sys.modules.get("importlib.metadata") is module:
+            del sys.modules["importlib.metadata"]
+        importlib = sys.modules["importlib"]
+        if importlib.__dict__.get("metadata") is module:
+            del importlib.__dict__["metadata"]
+
+
+def _patch_reading_once(monkey: Any) -> None:
+    """``monkey.patch_all()`` with the real entry points, read once."""
+    from importlib import metadata
 
     real = metadata.entry_points
     everything = real()

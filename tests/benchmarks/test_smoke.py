@@ -82,6 +82,8 @@ class TestQuickRun:
             assert figs[f"{size}_bound_core"]["value"] == pytest.approx(1e6 / gateway)
             cores = figs[f"{size}_bound_cores"]["value"] * (gateway + writer) / 1e6
             assert cores == pytest.approx(round(cores)) and round(cores) >= 1, size
+            for bound in ("bound_core", "bound_cores"):  # as shares of the raw bound too
+                assert figs[f"{size}_{bound}"]["baseline"] == figs[size]["baseline"], size
 
     def test_throughput_counts_the_gateways_cpu_in_raw_pykka_asks(self, report):
         """The Python-bound baseline: raw asks/s in the same run, and a turn's gateway CPU
@@ -92,6 +94,15 @@ class TestQuickRun:
         assert asks > 0 and figs["raw_asks"]["unit"] == "asks/s"
         gateway = figs["large_cpu_gateway"]["value"]
         assert figs["large_in_asks"]["value"] == pytest.approx(gateway * asks / 1e6)
+
+    def test_recovery_starts_its_gateway_with_the_standalone_collector_settings(self, report):
+        """The measured gateway process is the standalone one: the collector thresholds it
+        sets before its start (``process.heap``) are in force during the timed start."""
+        from hermes_actors.process.heap import GC_THRESHOLDS
+
+        data, _ = report
+        for run in data["scenarios"]["recovery"]["runs"]:
+            assert tuple(run["details"]["gc_threshold"]) == GC_THRESHOLDS
 
 
 class TestBadArguments:

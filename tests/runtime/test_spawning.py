@@ -449,3 +449,131 @@ def test_brief_lock_without_gevent_is_a_threading_lock():
     from hermes_actors._green import brief_lock
 
     assert type(brief_lock()) is type(threading.Lock())
+
+
+# -- gevent's plugins, found without importlib.metadata ---------------------------------------
+
+PROBE_ENTRY_POINTS = """\
+[gevent.plugins.monkey.will_patch_all]
+probe = hermes_probe:seen
+
+[gevent.plugins.monkey.did_patch_module]
+probe = hermes_probe:seen
+
+[console_scripts]
+not-a-plugin = hermes_probe:seen
+"""
+
+PROBE_MODULE = """\
+calls = []
+
+def seen(event):
+    calls.append(type(event).__name__)
+"""
+
+PROBED_CHILD = r"""
+import sys
+if sys.argv[1] == "ours":
+    from hermes_actors._green.monkey import patch_all
+    patch_all()
+    assert "importlib.metadata" not in sys.modules, "patching imported importlib.metadata"
+    import importlib
+    assert "metadata" not in vars(importlib), "the stand-in is left on the package"
+else:
+    from gevent import monkey
+    monkey.patch_all()
+from gevent import monkey
+assert monkey.is_module_patched("threading") and monkey.is_module_patched("socket")
+import hermes_probe
+print(sorted(set(hermes_probe.calls)), len(hermes_probe.calls))
+"""
+
+
+@pytest.fixture
+def probe_path(tmp_path, monkeypatch):
+    """A folder on ``PYTHONPATH`` holding a distribution with gevent plugins (a probe that
+    records the events it is called with)."""
+    info = tmp_path / "hermes_probe-1.0.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_text(PROBE_ENTRY_POINTS)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hermes-probe\nVersion: 1.0\n")
+    (tmp_path / "hermes_probe.py").write_text(PROBE_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return tmp_path
+
+
+def test_patch_all_calls_the_plugins_gevent_would_without_importlib_metadata(probe_path):
+    ours = child_output(PROBED_CHILD, "ours")
+    assert "WillPatchAllEvent" in ours and "DidPatchModuleEvent" in ours, ours
+    assert ours == child_output(PROBED_CHILD, "gevent")
+
+
+def test_read_plugins_finds_what_importlib_metadata_finds():
+    from importlib import metadata
+
+    from hermes_actors._green.plugins import GROUP_PREFIX, read_plugins
+
+    plugins = read_plugins()
+    assert plugins is not None
+    from gevent import events
+
+    # every group gevent asks about (its events' names), and any other found
+    groups = {getattr(events, name).ENTRY_POINT_NAME for name in dir(events)
+              if isinstance(getattr(getattr(events, name), "ENTRY_POINT_NAME", None), str)}
+    assert {group for group in groups if group.startswith(GROUP_PREFIX)} == groups
+    expected = {}
+    for group in groups | plugins.keys():
+        points = sorted((p.name, p.value) for p in metadata.entry_points(group=group))
+        if points:
+            expected[group] = points
+    found = {group: sorted((p.name, p.value) for p in points)
+             for group, points in plugins.items()}
+    assert found == expected
+    assert "gevent.plugins.monkey.will_patch_all" in found  # gevent's own, at least
+
+
+def test_read_plugins_first_distribution_of_a_name_wins(tmp_path):
+    from hermes_actors._green.plugins import read_plugins
+
+    for folder, target in (("a", "first:seen"), ("b", "second:seen")):
+        info = tmp_path / folder / "Hermes.Probe-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "entry_points.txt").write_text(
+            f"[gevent.plugins.monkey.will_patch_all]\nprobe = {target}\n")
+    plugins = read_plugins([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "none")])
+    assert plugins is not None
+    assert [p.value for p in plugins["gevent.plugins.monkey.will_patch_all"]] == ["first:seen"]
+
+
+def test_read_plugins_leaves_a_zip_on_the_path_to_importlib_metadata(tmp_path):
+    from hermes_actors._green.plugins import read_plugins
+
+    archive = tmp_path / "packages.zip"
+    archive.write_bytes(b"PK\x05\x06" + b"\x00" * 18)  # an empty zip
+    assert read_plugins([str(archive)]) is None
+
+
+def test_plugin_entry_point_loads_the_attribute_it_names():
+    from hermes_actors._green.plugins import PluginEntryPoint
+
+    point = PluginEntryPoint("x", "os.path:join [extra]", "gevent.plugins.x")
+    import os.path
+
+    assert point.load() is os.path.join
+    assert PluginEntryPoint("x", "os", "g").load() is os
+    with pytest.raises(ValueError):
+        PluginEntryPoint("x", "not a value!", "g").load()
+
+
+def test_stand_in_answers_the_rest_from_the_real_module():
+    from importlib import metadata
+
+    from hermes_actors._green.plugins import PluginEntryPoint, stand_in
+
+    point = PluginEntryPoint("p", "os:getcwd", "gevent.plugins.monkey.will_patch_all")
+    module = stand_in({point.group: (point,)})
+    assert module.entry_points(group=point.group) == (point,)
+    assert module.entry_points(group="gevent.plugins.other") == ()
+    assert module.version("gevent") == metadata.version("gevent")  # asked of the real one
+    scripts = {p.name for p in module.entry_points(group="console_scripts")}
+    assert "hermes-actors" in scripts

@@ -294,6 +294,21 @@ class TestRoutingFlagColumns:
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
+    def test_keys_written_by_another_program_with_a_nul_are_read_whole(self, tmp_path):
+        """The keys are read as one NUL-joined text; a key holding a NUL (another program's
+        row: the store never writes one) makes more parts than rows, and then each key
+        is read on its own."""
+        path = tmp_path / "state.db"
+        SessionDB(path).close()
+        with sqlite3.connect(path) as conn:
+            conn.executemany("INSERT INTO routing (session_key, entry) VALUES (?, '{}')",
+                             [("a\x00b",), ("a",), ("c",)])
+        db = SessionDB(path)
+        try:
+            assert sorted(db.routing_keys()) == ["a", "a\x00b", "c"]
+        finally:
+            db.close()
+
 
 class TestBoundedMemory:
     """What the writer remembers of sessions is bounded; forgetting costs one statement."""

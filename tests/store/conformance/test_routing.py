@@ -19,6 +19,13 @@ class TestRows:
         assert list(backend.routing_keys()) == ["a", "b"]
         assert {row.session_key for row in backend.routing_rows()} == {"a", "b"}
 
+    def test_keys_read_back_exactly(self, backend):
+        assert list(backend.routing_keys()) == []
+        keys = ["agent:main:telegram:dm:1", "k,with;separators", "ключ 🗝", "a" * 300,
+                *(f"agent:main:webhook:dm:{n}" for n in range(500))]
+        backend.apply([put(key) for key in keys])
+        assert sorted(backend.routing_keys()) == sorted(keys)
+
     def test_put_replaces_text_and_flags(self, backend):
         backend.apply([put("a", '{"x": 1}', marked())])
         backend.apply([put("a", '{"x": 2}')])
