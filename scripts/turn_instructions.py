@@ -27,15 +27,13 @@ blurred the turn's own.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
+
+from benchmarks.callgrind import count_instructions, is_checkout, valgrind_missing  # noqa: E402
 
 #: The child: the throughput scenario's ``runtime_turns`` under gevent, ``sessions`` x 3.
 CHILD = """
@@ -50,7 +48,6 @@ with tempfile.TemporaryDirectory() as home:
     runtime_turns(pathlib.Path(home) / "h", int(sys.argv[1]), 3, Progress("turns"))
 """
 MESSAGES = 3
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
 def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
@@ -63,19 +60,7 @@ def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
 
 def count(tree: Path, sessions: int) -> int:
     """Instructions the gateway process of ``tree`` executes for ``sessions`` x 3 turns."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_actors"),
-                    str(tree / "benchmarks")], check=True, stdout=subprocess.DEVNULL)
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
-    with tempfile.TemporaryDirectory() as scratch:
-        out = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/cg.out",
-             sys.executable, "-c", CHILD, str(sessions)],
-            env=env, capture_output=True, text=True)
-    found = _COLLECTED.search(out.stderr)
-    if out.returncode != 0 or found is None:
-        tail = "\n".join(out.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"the run under callgrind failed (exit {out.returncode}):\n{tail}")
-    return int(found.group(1))
+    return count_instructions(tree, ["-c", CHILD, str(sessions)])[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, nargs=2, default=(1000, 3000),
                         metavar=("SMALL", "LARGE"), help="the two sizes (default 1000 3000)")
     args = parser.parse_args(argv)
-    if shutil.which("valgrind") is None:
+    if valgrind_missing():
         print("turn_instructions: valgrind is not installed (apt install valgrind)",
               file=sys.stderr)
         return 2
@@ -94,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sessions: SMALL must be positive and below LARGE")
     trees = [ROOT, *args.trees]
     for tree in trees:
-        if not (tree / "hermes_actors").is_dir() or not (tree / "benchmarks").is_dir():
+        if not is_checkout(tree):
             parser.error(f"{tree} is not a checkout of this project")
     rows = []
     for tree in trees:

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Instructions of a crash recovery's start: the recovery scenario's gateway process, counted
+so that the VM's drifting speed does not blur a comparison of two checkouts.
+
+The fixture is the ``recovery`` benchmark's (a crashed gateway's ``state.db``: ``SESSIONS``
+sessions, ``MARKERS`` in-flight turns, half of them with a persisted reply), built once with
+this checkout's code and copied fresh for every run. Each checkout's gateway process
+(``python -m benchmarks._ready``: gevent patched, the standalone process's collector
+settings) is started on a copy under valgrind's callgrind and counted from the interpreter's
+start until ``Gateway.start()`` returned (it exits then: its standard input is closed). Its
+database writer child runs natively, uncounted::
+
+    python scripts/start_instructions.py                  # this checkout
+    python scripts/start_instructions.py ../old-checkout  # and another one, same venv
+
+A run of the full size takes about a minute and a half under callgrind. Needs ``valgrind``
+on the PATH (a system package, not a Python one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
+
+from benchmarks.callgrind import count_instructions, is_checkout, valgrind_missing  # noqa: E402
+
+
+def count(tree: Path, fixture: Path, markers: int) -> int:
+    """Instructions of ``tree``'s gateway process from its start to ready on a copy of
+    ``fixture`` (a home), checked: every marker judged."""
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch) / "home"
+        shutil.copytree(fixture, home)
+        instructions, printed = count_instructions(tree, ["-m", "benchmarks._ready", str(home)],
+                                                   cwd=tree)
+    report = json.loads(printed.splitlines()[0])["report"] if printed.strip() else ""
+    if f"recovered_replies={markers // 2}" not in report:
+        raise RuntimeError(f"{tree}: recovery did not judge every marker: {report!r}")
+    return instructions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trees", nargs="*", type=Path,
+                        help="more checkouts to measure after this one (same interpreter)")
+    parser.add_argument("--sessions", type=int, default=100_000,
+                        help="stored sessions (default 100000)")
+    parser.add_argument("--markers", type=int, default=1_000,
+                        help="in-flight turn markers among them (default 1000)")
+    args = parser.parse_args(argv)
+    if valgrind_missing():
+        print("start_instructions: valgrind is not installed (apt install valgrind)",
+              file=sys.stderr)
+        return 2
+    if not 2 <= args.markers <= args.sessions:
+        parser.error("--markers: at least 2 and at most --sessions")
+    trees = [ROOT, *args.trees]
+    for tree in trees:
+        if not is_checkout(tree):
+            parser.error(f"{tree} is not a checkout of this project")
+    from benchmarks.fixtures import build_state_db
+
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        fixture = Path(scratch) / "home"
+        print(f"fixture: {args.sessions:,} sessions, {args.markers:,} markers ...",
+              file=sys.stderr, flush=True)
+        build_state_db(fixture, args.sessions, markers=args.markers,
+                       replied=args.markers // 2, now=time.time())
+        for tree in trees:
+            print(f"{tree}: start under callgrind ...", file=sys.stderr, flush=True)
+            rows.append((tree, count(tree, fixture, args.markers)))
+    base = rows[0][1]
+    print(f"{'tree':<40} {'instructions':>16} {'vs first':>9}")
+    for tree, value in rows:
+        print(f"{str(tree):<40} {value:>16,} {value / base:>9.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
