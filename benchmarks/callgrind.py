@@ -17,9 +17,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["count_instructions", "is_checkout", "valgrind_missing"]
+__all__ = ["compare", "count_instructions", "is_checkout", "valgrind_missing"]
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -51,3 +52,12 @@ def count_instructions(tree: Path, args: list[str], *, cwd: Path | None = None) 
         tail = "\n".join(out.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"the run under callgrind failed (exit {out.returncode}):\n{tail}")
     return int(found.group(1)), out.stdout
+
+
+def compare(rows: Sequence[tuple[Path, float]], heading: str) -> str:
+    """The table the scripts print: each checkout's count (``heading``) and its ratio to
+    the first one's."""
+    base = rows[0][1]
+    lines = [f"{'tree':<40} {heading:>18} {'vs first':>9}"]
+    lines += [f"{str(tree):<40} {value:>18,.0f} {value / base:>9.3f}" for tree, value in rows]
+    return "\n".join(lines)

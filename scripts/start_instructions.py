@@ -30,7 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
 
-from benchmarks.callgrind import count_instructions, is_checkout, valgrind_missing  # noqa: E402
+from benchmarks.callgrind import (  # noqa: E402
+    compare,
+    count_instructions,
+    is_checkout,
+    valgrind_missing,
+)
 
 
 def count(tree: Path, fixture: Path, markers: int) -> int:
@@ -78,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         for tree in trees:
             print(f"{tree}: start under callgrind ...", file=sys.stderr, flush=True)
             rows.append((tree, count(tree, fixture, args.markers)))
-    base = rows[0][1]
-    print(f"{'tree':<40} {'instructions':>16} {'vs first':>9}")
-    for tree, value in rows:
-        print(f"{str(tree):<40} {value:>16,} {value / base:>9.3f}")
+    print(compare(rows, "instructions"))
     return 0
 
 

@@ -33,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
 
-from benchmarks.callgrind import count_instructions, is_checkout, valgrind_missing  # noqa: E402
+from benchmarks.callgrind import (  # noqa: E402
+    compare,
+    count_instructions,
+    is_checkout,
+    valgrind_missing,
+)
 
 #: The child: the throughput scenario's ``runtime_turns`` under gevent, ``sessions`` x 3.
 CHILD = """
@@ -89,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             runs.append((sessions * MESSAGES, count(tree, sessions)))
         rows.append((tree, per_turn(runs[0], runs[1])))
-    base = rows[0][1]
-    print(f"{'tree':<40} {'instructions/turn':>18} {'vs first':>9}")
-    for tree, value in rows:
-        print(f"{str(tree):<40} {value:>18,.0f} {value / base:>9.3f}")
+    print(compare(rows, "instructions/turn"))
     return 0
 
 

@@ -37,7 +37,7 @@ def patch_all() -> None:
     import gevent
     from gevent import monkey
 
-    from hermes_actors._green.plugins import read_plugins, stand_in
+    from hermes_actors._green.plugins import read_plugins, standing_in
 
     if "GEVENT_TRACK_GREENLET_TREE" not in os.environ:
         gevent.config.track_greenlet_tree = False
@@ -46,16 +46,8 @@ def patch_all() -> None:
     if plugins is None:
         _patch_reading_once(monkey)
         return
-    module = stand_in(plugins)
-    sys.modules["importlib.metadata"] = module
-    try:
+    with standing_in(plugins):
         monkey.patch_all()
-    finally:
-        if sys.modules.get("importlib.metadata") is module:
-            del sys.modules["importlib.metadata"]
-        importlib = sys.modules["importlib"]
-        if importlib.__dict__.get("metadata") is module:
-            del importlib.__dict__["metadata"]
 
 
 def _patch_reading_once(monkey: Any) -> None:

@@ -13,21 +13,22 @@ that reading does not cover (a zip file, an ``.egg``, a finder of distributions 
 the standard one), it answers ``None`` and the caller asks :mod:`importlib.metadata`.
 
 :func:`stand_in` is a module to put in ``sys.modules["importlib.metadata"]`` for the length
-of the patching: its ``entry_points(group=…)`` answers from that reading, and anything else
-asked of it imports the real module and answers from there.
+of the patching (:func:`standing_in`): its ``entry_points(group=…)`` answers from that
+reading, and anything else asked of it imports the real module and answers from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-__all__ = ["PluginEntryPoint", "read_plugins", "stand_in"]
+__all__ = ["PluginEntryPoint", "read_plugins", "stand_in", "standing_in"]
 
 #: The entry-point groups gevent asks about.
 GROUP_PREFIX = "gevent.plugins."
@@ -96,11 +97,7 @@ def stand_in(plugins: dict[str, tuple[PluginEntryPoint, ...]]) -> types.ModuleTy
     module = types.ModuleType("importlib.metadata")
 
     def real() -> types.ModuleType:
-        if sys.modules.get("importlib.metadata") is module:
-            del sys.modules["importlib.metadata"]
-        package = sys.modules["importlib"]
-        if package.__dict__.get("metadata") is module:
-            del package.__dict__["metadata"]
+        _withdraw(module)
         return importlib.import_module("importlib.metadata")
 
     def entry_points(**params: Any) -> Any:
@@ -115,6 +112,27 @@ def stand_in(plugins: dict[str, tuple[PluginEntryPoint, ...]]) -> types.ModuleTy
 
     module.__dict__.update(entry_points=entry_points, __getattr__=__getattr__, real=real)
     return module
+
+
+@contextlib.contextmanager
+def standing_in(plugins: dict[str, tuple[PluginEntryPoint, ...]]) -> Iterator[None]:
+    """:func:`stand_in` as ``importlib.metadata`` for the length of the ``with``."""
+    module = stand_in(plugins)
+    sys.modules["importlib.metadata"] = module
+    try:
+        yield
+    finally:
+        _withdraw(module)
+
+
+def _withdraw(module: types.ModuleType) -> None:
+    """Take the stand-in ``module`` out of ``sys.modules`` and off the ``importlib``
+    package (an import of ``importlib.metadata`` meanwhile may have put it there)."""
+    if sys.modules.get("importlib.metadata") is module:
+        del sys.modules["importlib.metadata"]
+    package = sys.modules["importlib"]
+    if package.__dict__.get("metadata") is module:
+        del package.__dict__["metadata"]
 
 
 def _path_finder() -> Any:
