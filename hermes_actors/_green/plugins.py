@@ -110,7 +110,7 @@ def stand_in(plugins: dict[str, tuple[PluginEntryPoint, ...]]) -> types.ModuleTy
             raise AttributeError(name)
         return getattr(real(), name)
 
-    module.__dict__.update(entry_points=entry_points, __getattr__=__getattr__, real=real)
+    module.__dict__.update(entry_points=entry_points, __getattr__=__getattr__)
     return module
 
 
