@@ -257,7 +257,9 @@ class OutboxAppend:
     #: The inbound event ids the reply answers, space-separated (``None``: unknown).
     in_reply_to: str | None = None
     #: The row's cursor when it already has one (degraded mode's, imported from its
-    #: journal); ``None``: the backend numbers it.
+    #: journal): kept as it is, never numbered anew (drawn above the clock, it is above
+    #: every cursor a database handed out), and the backend's numbering continues above
+    #: it; ``None``: the backend numbers it.
     cursor: int | None = None
 
 

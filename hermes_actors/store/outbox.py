@@ -3,7 +3,10 @@
 The HTTP adapter cannot push a reply to a client, so it appends the reply here and clients
 read it by cursor (``GET /v1/outbox``). A cursor is global, strictly increasing and never
 reused (SQLite: the row's ``AUTOINCREMENT`` key), so "everything after cursor N" is exact
-across restarts and prunes. Appends and prunes are operations; reads are backend reads.
+across restarts and prunes. Degraded mode draws its cursors above the clock in microseconds
+(above every cursor the database handed out, even one it could not read) and the next start
+imports its rows under those cursors, the database numbering later rows above them: a
+client resuming after a cursor it read in degraded mode reads nothing twice, misses nothing. Appends and prunes are operations; reads are backend reads.
 """
 
 from __future__ import annotations

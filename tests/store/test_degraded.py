@@ -561,10 +561,12 @@ class TestOutboxCursorsAcrossAFailOver:
             "r0", "r1", "r2", "after the switch"]
 
 
-    def test_a_reply_numbered_below_the_database_is_imported_above_it(self, make_store,
-                                                                         home):
+    def test_a_reply_of_a_start_that_could_not_read_the_database_keeps_its_cursor(
+            self, make_store, home):
         # a start that never could read the database (degraded from the first moment)
-        # numbered its replies from 1: at the import they are kept, numbered anew
+        # numbers its replies above the clock, so above the database's rows: the import
+        # keeps them. (Before issue 36, it numbered them from 1 and the import numbered them
+        # anew, so a reader that read the reply read it again under its new cursor.)
         from hermes_actors.adapters.outbox import Outbox
 
         target = SessionSource("webhook", chat_id="42", user_id="7")
@@ -575,12 +577,170 @@ class TestOutboxCursorsAcrossAFailOver:
         _break_as_directory(home)
         degraded = make_store()
         assert degraded.degraded
-        assert Outbox(lambda: degraded).append(target, "from degraded mode") <= cursors[-1]
+        late = Outbox(lambda: degraded).append(target, "from degraded mode")
+        assert cursors[-1] < late < 2**53
         degraded.close()
         (home / "state.db").rmdir()
         (home / "state.db.away").rename(home / "state.db")
         rows = make_store().outbox_read("webhook", "42", cursors[-1])
-        assert [r["text"] for r in rows] == ["from degraded mode"]
+        assert [(r["cursor"], r["text"]) for r in rows] == [(late, "from degraded mode")]
+
+
+def _append(store, text: str, chat: str = "42") -> int:
+    return store.outbox_append(session_key="k", platform="webhook", chat_id=chat,
+                               thread_id=None, text=text, kind="reply")
+
+
+def _read(store, after: int = 0, chat: str = "42") -> list[tuple[int, str]]:
+    return [(r["cursor"], r["text"]) for r in store.outbox_read("webhook", chat, after)]
+
+
+def _away(home) -> None:
+    """Put the good database aside (state.db.away) and leave an unusable one in its place:
+    a degraded start that cannot read the database at all."""
+    os.replace(home / "state.db", home / "state.db.away")
+    for suffix in ("-wal", "-shm"):
+        if (home / f"state.db{suffix}").exists():
+            os.replace(home / f"state.db{suffix}", home / f"state.db.away{suffix}")
+    _break_header(home)
+
+
+def _back(home) -> None:
+    """The good database back in place."""
+    os.replace(home / "state.db.away", home / "state.db")
+    for suffix in ("-wal", "-shm"):
+        if (home / f"state.db.away{suffix}").exists():
+            os.replace(home / f"state.db.away{suffix}", home / f"state.db{suffix}")
+
+
+class TestDegradedCursorsAreStable:
+    """Issue 36, item 6: a reply a client read in degraded mode keeps its cursor once the
+    database is back, so a client resuming ``after=c`` neither reads a reply again nor
+    misses one; degraded cursors are drawn above the clock in microseconds, above every
+    cursor a database handed out, even when the degraded run could not read it."""
+
+    def test_replies_read_in_degraded_mode_keep_their_cursors_after_the_import(
+            self, make_store, home):
+        healthy = make_store()
+        before = [_append(healthy, f"db{n}") for n in range(3)]
+        assert _read(healthy) == [(c, f"db{n}") for n, c in enumerate(before)]
+        healthy.close()
+        _away(home)  # state.db unusable from the start of the degraded run
+        degraded = make_store()
+        assert degraded.degraded
+        [_append(degraded, f"d{n}") for n in range(3)]
+        read = _read(degraded, before[-1])  # what a client read, cursors c1..cn
+        assert [t for _, t in read] == ["d0", "d1", "d2"]
+        cursors = [c for c, _ in read]
+        assert before[-1] < cursors[0] < cursors[1] < cursors[2] < 2**53
+        degraded.close()
+        _back(home)
+        healed = make_store()
+        assert not healed.degraded
+        # the same rows under the same cursors, after the database's own
+        assert _read(healed) == [(c, f"db{n}") for n, c in enumerate(before)] + read
+        # a client resuming after cn reads nothing again, then only what comes after
+        assert _read(healed, cursors[-1]) == []
+        later = _append(healed, "after")
+        assert later > cursors[-1]
+        assert _read(healed, cursors[-1]) == [(later, "after")]
+        # a client that read up to the database's last cursor before gets every degraded row
+        assert _read(healed, before[-1]) == [*read, (later, "after")]
+        assert _read(healed, cursors[0]) == [*read[1:], (later, "after")]
+        healed.close()
+        again = make_store()  # imported once; cursors go on above the imported ones
+        assert _read(again) == [(c, f"db{n}") for n, c in enumerate(before)] + read + [
+            (later, "after")]
+        assert _append(again, "next") > later
+
+    def test_the_database_holds_cursors_the_degraded_run_could_not_see(
+            self, make_store, home, monkeypatch):
+        # A first degraded run's replies are imported, but the start crashes before setting
+        # the journal aside; that healed run goes on numbering replies above the imported
+        # ones. The database then becomes unreadable: a second degraded run reads only the
+        # journal back (its highest cursor is the first run's), while the database holds
+        # higher cursors. Its replies must still be numbered above them and keep their
+        # cursors at the next import.
+        from hermes_actors.store.backends.files.journal import DegradedJournal
+
+        make_store().close()
+        _away(home)
+        first = make_store()
+        assert first.degraded
+        d1 = _append(first, "degraded 1")
+        first.close()
+        _back(home)
+        with monkeypatch.context() as patched:  # the journal is never set aside
+            patched.setattr(DegradedJournal, "retire", lambda self: None)
+            healed = make_store()
+            assert not healed.degraded
+            assert _read(healed) == [(d1, "degraded 1")]
+            h = [_append(healed, f"healthy {n}") for n in range(3)]
+            assert d1 < h[0] < h[1] < h[2]
+            healed.close()
+        assert (home / "degraded.journal").exists()
+        _away(home)
+        second = make_store()
+        assert second.degraded
+        assert second.outbox_head() == d1  # all it knows of
+        d2 = _append(second, "degraded 2")
+        assert d2 > h[-1]  # yet above what the database handed out meanwhile
+        second.close()
+        _back(home)
+        final = make_store()
+        assert not final.degraded
+        assert _read(final) == [(d1, "degraded 1"), *((c, f"healthy {n}")
+                                                      for n, c in enumerate(h)),
+                                (d2, "degraded 2")]
+        assert _read(final, h[-1]) == [(d2, "degraded 2")]
+        assert _append(final, "last") > d2
+
+    def test_a_fail_over_that_cannot_read_the_head_numbers_above_it(
+            self, make_store, home, monkeypatch):
+        # the database fails at run time and its outbox head cannot be read either: the
+        # process has seen no cursor (its Outbox's floor is 0), yet the database holds many
+        healthy = make_store()
+        before = [_append(healthy, f"db{n}") for n in range(5)]
+        healthy.close()
+        store = make_store()
+
+        def unreadable():
+            raise StoreError("disk I/O error")
+
+        monkeypatch.setattr(store.db, "outbox_head", unreadable)
+        store.db.sql("PRAGMA query_only = 1")
+        late = _append(store, "after the switch")
+        assert store.degraded
+        assert late > before[-1]
+        store.close()
+        monkeypatch.undo()
+        healed = make_store()
+        assert not healed.degraded
+        assert _read(healed, before[-1]) == [(late, "after the switch")]
+
+    def test_cursors_of_a_degraded_run_follow_the_clock_and_stay_json_safe(self, home,
+                                                                         monkeypatch):
+        from hermes_actors.store.backends.files import memory
+        from hermes_actors.store.backends.files.backend import FilesBackend
+        from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
+        from hermes_actors.store.ops import OutboxAppend
+
+        (home / "sessions").mkdir()
+
+        def cursor_at(now: float) -> int:
+            monkeypatch.setattr(memory, "_wall_clock", lambda: now)
+            backend = FilesBackend(home, JsonlTranscripts(home / "sessions"))
+            [cursor] = backend.apply([OutboxAppend("k", "webhook", "42", None, "x", "reply",
+                                                   1.0)])
+            backend.close()
+            return cursor
+
+        assert cursor_at(1_700_000_000.0) == 1_700_000_000_000_001
+        # a later run, even with the clock set back, goes on above the journal's rows
+        assert cursor_at(1_600_000_000.0) == 1_700_000_000_000_002
+        # a clock centuries ahead: cursors stay below 2**53 (exact in JavaScript)
+        (home / "degraded.journal").unlink()
+        assert cursor_at(1e12) == memory.CURSOR_FLOOR_MAX + 1 < 2**53
 
 
 _KILLED_AFTER_THE_IMPORT = """

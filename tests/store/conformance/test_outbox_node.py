@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hermes_actors.store.ops import NodeValue, OutboxAppend, OutboxPrune, SetSessionRestarts
 
 from .ops import T0
@@ -29,6 +31,20 @@ class TestOutbox:
         [cursor] = backend.apply([append(floor=500)])
         assert cursor > 0  # a database numbers rows itself; the files backend continues
         assert backend.apply([append()])[0] > cursor
+
+    def test_a_row_imported_with_its_cursor_keeps_it(self, backend):
+        # a degraded run's row (its journal's import): the cursor a reader may have seen is
+        # kept, and the backend's own numbering continues above it (issue 36)
+        [first] = backend.apply([append(text="a")])
+        imported = first + 1_700_000_000_000_000
+        kept = dataclasses.replace(append(text="degraded"), cursor=imported)
+        assert backend.apply([kept]) == [imported]
+        assert backend.outbox_head() == imported
+        [after] = backend.apply([append(text="b")])
+        assert after > imported
+        assert [(r["cursor"], r["text"]) for r in backend.outbox_read("webhook", "42", first,
+                                                                      10)] == [
+            (imported, "degraded"), (after, "b")]
 
     def test_prune(self, backend):
         backend.apply([append(at=T0 - 10), append(at=T0 + 10)])

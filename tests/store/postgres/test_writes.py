@@ -139,6 +139,38 @@ class TestNodeFiles:
         assert pg.node_values("n" * 32) == {}
 
 
+class TestDegradedJournalImport:
+    """A degraded run's outbox rows reach PostgreSQL with the cursors its readers saw
+    (issue 36): the identity's sequence continues above them, never back."""
+
+    def test_imported_rows_keep_their_cursors(self, pg, home):
+        from hermes_actors.store import SessionStore
+        from hermes_actors.store.backends.files.backend import FilesBackend
+        from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
+
+        def append(text: str) -> OutboxAppend:
+            return OutboxAppend("k", "webhook", "42", None, text, "reply", 1.0)
+
+        before = pg.apply([append("db0"), append("db1")])
+        (home / "sessions").mkdir()
+        degraded = FilesBackend(home, JsonlTranscripts(home / "sessions"))  # saw no row
+        read = degraded.apply([append("d0"), append("d1")])
+        degraded.close()
+        assert before[-1] < read[0] < read[1] < 2**53
+        store = SessionStore(home / "sessions", db=pg, mirror_interval=None)
+        try:
+            assert not store.degraded
+            rows = store.outbox_read("webhook", "42", before[-1])
+            assert [(r["cursor"], r["text"]) for r in rows] == [(read[0], "d0"),
+                                                                (read[1], "d1")]
+            later = store.outbox_append(session_key="k", platform="webhook", chat_id="42",
+                                        thread_id=None, text="after", kind="reply")
+        finally:
+            store.close()
+        assert later > read[-1]
+        assert [r["text"] for r in pg.outbox_read("webhook", "42", read[-1], 10)] == ["after"]
+
+
 @pytest.mark.parametrize("bad", ["half an emoji \ud83d"])
 def test_text_the_server_cannot_store_fails_only_the_call(pg, bad):
     with pytest.raises(StoreError, match="rejected"):

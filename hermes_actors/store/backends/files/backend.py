@@ -8,8 +8,10 @@ delivery ledger and outbox are kept in memory
 (:mod:`~hermes_actors.store.backends.files.memory`), following the same rules as on a
 database. What a database would change in those tables and in ``sessions`` is journaled
 (:mod:`~hermes_actors.store.backends.files.journal`): accepted messages wait for the next
-start, replies owed are still owed after it, the outbox's rows keep their cursors, and the
-next start with a database applies it all. When the store switched here after a failure,
+start, replies owed are still owed after it, the outbox's rows keep their cursors (drawn
+above the clock in microseconds, so above any a database handed out: see
+:func:`~hermes_actors.store.backends.files.memory.clock_floor`), and the next start with a
+database applies it all. When the store switched here after a failure,
 the old database (``previous``, if it can still be read) keeps answering transcript reads,
 so earlier history stays visible.
 """
@@ -30,7 +32,12 @@ from hermes_actors.model.ids import new_id
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store.backends.files.journal import DegradedJournal
 from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
-from hermes_actors.store.backends.files.memory import MemoryInbox, MemoryLedger, MemoryOutbox
+from hermes_actors.store.backends.files.memory import (
+    MemoryInbox,
+    MemoryLedger,
+    MemoryOutbox,
+    clock_floor,
+)
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
     MirrorWriter,
@@ -145,11 +152,13 @@ class FilesBackend:
         self._node_id = node_id or read_node_id_file(self._home) or self._new_node_id()
         self._inbox = MemoryInbox()
         self._ledger = MemoryLedger()
-        self._outbox = MemoryOutbox()
+        # cursors above the clock: above every cursor a database handed out, even one this
+        # run cannot read (memory.clock_floor), so the next start imports them unchanged
+        self._outbox = MemoryOutbox(clock_floor())
         self._journal = DegradedJournal(self._home)
         for op in self._journal.read()[1]:  # an earlier degraded run's (not imported yet)
             self._apply_to_memory(op)
-        if previous is not None:  # cursors go on above the failed database's rows
+        if previous is not None:  # and above the failed database's rows (a clock set back)
             try:
                 self._outbox.reserve_above(previous.outbox_head())
             except StoreError as exc:

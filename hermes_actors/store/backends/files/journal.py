@@ -10,7 +10,10 @@ the transcripts):
 - a ledger row recorded, claimed, released or finished: a reply owed is still owed after a
   crash, and one delivered is not sent again;
 - an outbox row, with the cursor degraded mode drew for it: its replies can still be read,
-  and no cursor a client saw is handed out again;
+  under the cursors clients read them at (the import keeps them; drawn above the clock in
+  microseconds, they are above every cursor the database handed out, see
+  :func:`~hermes_actors.store.backends.files.memory.clock_floor`), and no cursor a client
+  saw is handed out again;
 - a session created, ended (with its reason) or charged tokens;
 - the housekeeping prunes of the three tables, so that a degraded run read back holds
   what a database would, not every row since degraded mode began.

@@ -8,6 +8,7 @@ them under the backend's lock.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from hermes_actors.store import ledger
@@ -26,7 +27,14 @@ from hermes_actors.store.ops import (
 )
 from hermes_actors.store.protocol import OUTBOX_COLUMNS
 
-__all__ = ["LEDGER_COLUMNS", "MemoryInbox", "MemoryLedger", "MemoryOutbox"]
+__all__ = ["CURSOR_FLOOR_MAX", "LEDGER_COLUMNS", "MemoryInbox", "MemoryLedger", "MemoryOutbox",
+           "clock_floor"]
+
+#: The highest clock floor (2**52, the year 2112 in microseconds): a clock set centuries
+#: ahead still leaves every cursor below 2**53, exact as a JavaScript number.
+CURSOR_FLOOR_MAX = 2**52
+#: The wall clock the floor reads (the system's: a store's test clock must not lower it).
+_wall_clock = time.time
 
 #: The columns of a ledger row (as the SQL table has them).
 LEDGER_COLUMNS = (
@@ -169,19 +177,40 @@ class MemoryLedger:
         return out
 
 
-class MemoryOutbox:
-    """The outbox, in memory; cursors continue above the highest one a caller has seen
-    (``OutboxAppend.floor``), so they never go back after a switch from a database."""
+def clock_floor() -> int:
+    """The wall clock in microseconds since the epoch (at most :data:`CURSOR_FLOOR_MAX`):
+    the floor of degraded mode's outbox cursors.
 
-    def __init__(self) -> None:
+    Why: a degraded start may not be able to read the database at all (a corrupt header),
+    so it cannot ask for the highest cursor handed out there, yet its rows keep their
+    cursors when the next start imports them. A database numbers its rows one by one
+    (``AUTOINCREMENT``, an identity column), from 1 or from the highest row imported
+    from an earlier degraded run, which was itself numbered from that run's clock: it
+    would have to hand out more than one cursor a microsecond, on average, since that
+    run to reach the clock (this store commits far fewer than a million rows a second).
+    So a cursor drawn above the clock is above every cursor the database handed out
+    before, and the database's own numbering continues above the imported rows. 1.7e15
+    today, 2**53 in the year 2255: JSON numbers stay exact in JavaScript clients.
+    """
+    return min(int(_wall_clock() * 1_000_000), CURSOR_FLOOR_MAX)
+
+
+class MemoryOutbox:
+    """The outbox, in memory. Cursors continue above the highest one known (read back from
+    the journal, the failed database's head, ``OutboxAppend.floor``: the highest a caller
+    has seen) and above ``floor`` (:func:`clock_floor` in degraded mode), so that they are
+    never below a cursor a database handed out, even one this run could not read."""
+
+    def __init__(self, floor: int = 0) -> None:
         self.rows: list[dict[str, Any]] = []
         self._last = 0
+        self._floor = int(floor)
 
     def apply(self, op: Any) -> Any:
         """Apply one outbox operation; the results the SQL backends give."""
         if isinstance(op, OutboxAppend):
             cursor = (int(op.cursor) if op.cursor is not None
-                      else max(self._last, int(op.floor)) + 1)
+                      else max(self._last, self._floor, int(op.floor)) + 1)
             self._last = max(self._last, cursor)
             self.rows.append(dict(zip(OUTBOX_COLUMNS, (
                 cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
@@ -196,7 +225,7 @@ class MemoryOutbox:
 
     def reserve(self, floor: int) -> int:
         """Draw the cursor of the next append (above ``floor``) before it is applied."""
-        self._last = max(self._last, int(floor)) + 1
+        self._last = max(self._last, self._floor, int(floor)) + 1
         return self._last
 
     def reserve_above(self, cursor: int) -> None:
@@ -212,5 +241,6 @@ class MemoryOutbox:
         return found[:limit]
 
     def head(self) -> int:
-        """The highest cursor so far."""
+        """The highest cursor so far (handed out, read back or the failed database's; the
+        clock floor is not one: 0 before any)."""
         return self._last

@@ -165,6 +165,17 @@ _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
 )
+#: A row of degraded mode with the cursor it was read at (its journal's import).
+_OUTBOX_IMPORT = (
+    "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
+    " created_at, in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
+)
+#: The identity's sequence moved past an imported cursor, never back (it is shared by the
+#: nodes of a cluster): later rows are numbered above it, as SQLite's AUTOINCREMENT does.
+_OUTBOX_PAST = (
+    "SELECT setval(pg_get_serial_sequence('outbox', 'cursor'), %s) WHERE %s > COALESCE("
+    "pg_sequence_last_value(pg_get_serial_sequence('outbox', 'cursor')::regclass), 0)"
+)
 _OUTBOX_PRUNE = "DELETE FROM outbox WHERE created_at < %s"
 _PUT_NODE_VALUE = (
     "INSERT INTO node_state (node_id, name, value) VALUES (%s, %s, %s)"
@@ -362,6 +373,14 @@ class PostgresOps:
     # -- outbox and node state --------------------------------------------------------------
 
     def _outbox_append(self, batch: Batch, op: OutboxAppend) -> Later:
+        if op.cursor is not None:
+            # degraded mode's row keeps the cursor its readers may have seen: drawn above the
+            # clock, it is above every cursor here (files.memory.clock_floor)
+            later = batch.run(_OUTBOX_IMPORT, (
+                int(op.cursor), op.session_key, op.platform, op.chat_id, op.thread_id,
+                op.text, op.kind, op.created_at, op.in_reply_to), _first_int)
+            batch.add(_OUTBOX_PAST, (int(op.cursor), int(op.cursor)))
+            return later
         return batch.run(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id,
                                           op.thread_id, op.text, op.kind, op.created_at,
                                           op.in_reply_to), _first_int)

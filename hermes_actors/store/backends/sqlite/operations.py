@@ -107,11 +107,10 @@ _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-#: A row of degraded mode with its cursor, only while that is above every cursor here.
+#: A row of degraded mode with the cursor it was read at (``AUTOINCREMENT`` continues above).
 _OUTBOX_IMPORT = (
     "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
-    " created_at, in_reply_to) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?"
-    " WHERE ? > (SELECT COALESCE(MAX(cursor), 0) FROM outbox)"
+    " created_at, in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ADD_TOKENS = (
     "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
@@ -378,14 +377,13 @@ class SqliteOps:
 
     def _outbox_append(self, op: OutboxAppend) -> int:
         if op.cursor is not None:
-            # degraded mode's row keeps the cursor its readers may have seen (AUTOINCREMENT
-            # then numbers later rows above it); one at or below the rows here (drawn by a
-            # degraded start that could not read the database) gets a new one above them:
-            # a reader may see it twice, but none misses it
-            if self._db.execute_sql(_OUTBOX_IMPORT, (
-                    op.cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
-                    op.kind, op.created_at, op.in_reply_to, op.cursor)).rowcount:
-                return op.cursor
+            # degraded mode's row keeps the cursor its readers may have seen: drawn above the
+            # clock, it is above every cursor here (files.memory.clock_floor), and
+            # AUTOINCREMENT numbers later rows above it
+            self._db.execute_sql(_OUTBOX_IMPORT, (
+                op.cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
+                op.kind, op.created_at, op.in_reply_to))
+            return op.cursor
         return self._db.execute_sql(_OUTBOX_APPEND, (
             op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
             op.created_at, op.in_reply_to)).lastrowid
