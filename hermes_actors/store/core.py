@@ -560,6 +560,7 @@ class StoreCore:
             done = applied_count(self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL),
                                  name, len(ops))
             if done < len(ops):  # (a degraded run after a crash may have appended more)
+                self._check_outbox_cursors(ops[done:])
                 self.backend.apply([*self._onto_held_events(ops[done:]), NodeValue(
                     self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops)))])
             journal.retire()
@@ -567,6 +568,21 @@ class StoreCore:
                         journal.path)
         except (StoreError, OSError) as exc:
             log.warning("cannot import %s: %s", journal.path, exc)
+
+    def _check_outbox_cursors(self, ops: list[Op]) -> None:
+        """Say so loudly if degraded mode's outbox cursors are not all above the database's:
+        drawn above the clock, they are unless the clock was set back (or a copy of an old
+        database came back). They are imported unchanged all the same: never numbered
+        anew (a reader would read a reply twice); one a row here already has fails the
+        import, which is then retried at every start."""
+        cursors = [op.cursor for op in ops if type(op) is OutboxAppend and op.cursor is not None]
+        if not cursors:
+            return
+        head = self.backend.outbox_head()
+        if min(cursors) <= head:
+            log.error("degraded mode's outbox cursors (from %d) are not above the database's "
+                      "highest (%d): was the clock set back? Clients may miss those replies",
+                      min(cursors), head)
 
     def _onto_held_events(self, ops: list[Op]) -> list[Op]:
         """A message degraded mode accepted whose ingress key an unconsumed event of the

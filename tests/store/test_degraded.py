@@ -718,6 +718,32 @@ class TestDegradedCursorsAreStable:
         assert not healed.degraded
         assert _read(healed, before[-1]) == [(late, "after the switch")]
 
+    def test_a_clock_set_back_is_reported_and_no_row_is_numbered_anew(
+            self, make_store, home, monkeypatch, caplog):
+        # the one way a degraded cursor can meet the database's: a clock set back before
+        # the first cursor the database handed out. The import says so and keeps the
+        # cursors as they are; one a row here already has fails the import (the journal
+        # stays for the next start), rather than being numbered anew and read twice
+        from hermes_actors.store.backends.files import memory
+
+        healthy = make_store()
+        before = [_append(healthy, f"db{n}") for n in range(3)]
+        healthy.close()
+        _away(home)
+        monkeypatch.setattr(memory, "_wall_clock", lambda: 1e-6)  # 1 microsecond
+        degraded = make_store()
+        taken = _append(degraded, "degraded")
+        assert taken == 2
+        degraded.close()
+        _back(home)
+        with caplog.at_level(logging.WARNING, logger="hermes_actors"):
+            healed = make_store()
+        assert not healed.degraded
+        assert any("was the clock set back" in r.getMessage() for r in caplog.records
+                   if r.levelno == logging.ERROR)
+        assert _read(healed) == [(c, f"db{n}") for n, c in enumerate(before)]
+        assert (home / "degraded.journal").exists()
+
     def test_cursors_of_a_degraded_run_follow_the_clock_and_stay_json_safe(self, home,
                                                                          monkeypatch):
         from hermes_actors.store.backends.files import memory
