@@ -16,6 +16,7 @@ _EXPORTS = {
     "ConfigError": "hermes_actors.errors",
     "ConfigWarning": "hermes_actors.errors",
     "EchoAgent": "hermes_actors.agents.echo",
+    "Answer": "hermes_actors.runtime.answers",
     "Gateway": "hermes_actors.runtime.gateway",
     "GatewayConfig": "hermes_actors.config",
     "HermesActorsError": "hermes_actors.errors",
@@ -46,6 +47,7 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "Answer",
     "ConfigError",
     "ConfigWarning",
     "EchoAgent",
@@ -102,6 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from hermes_actors.model.silence import is_silence_marker
     from hermes_actors.model.source import SessionSource
     from hermes_actors.model.whatsapp import canonical_whatsapp_identifier
+    from hermes_actors.runtime.answers import Answer
     from hermes_actors.runtime.gateway import Gateway
     from hermes_actors.runtime.recovery import RecoveryReport
     from hermes_actors.store.backends.sqlite.db import SessionDB

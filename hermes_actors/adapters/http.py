@@ -391,6 +391,8 @@ def _outbox_message(row: dict[str, Any]) -> dict[str, Any]:
         "kind": row["kind"],
         "created_at": isoformat(from_epoch(row["created_at"])),
         "in_reply_to": (row.get("in_reply_to") or "").split(),
+        # the final answer of every event it names (an acknowledgement is not)
+        "final": row["kind"] != "ack",
     }
 
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 
 from hermes_actors._green import new_rlock
-from hermes_actors.adapters.base import SendResult
+from hermes_actors.adapters.base import Outgoing, SendResult
 from hermes_actors.model.platform import normalize_platform
 from hermes_actors.model.source import SessionSource
 
@@ -23,6 +23,15 @@ class SentMessage:
     text: str
     message_id: str | None = None
     error: str | None = None
+    #: The ids of the inbound events the text answers (``event_id`` of ``submit``).
+    in_reply_to: tuple[str, ...] = ()
+    #: ``reply``, ``recovered``, ``notice`` or ``ack`` (``reply`` for a direct ``send``).
+    kind: str = "reply"
+
+    @property
+    def final(self) -> bool:
+        """Whether this is the final answer of every event it names (not an ``ack``)."""
+        return self.kind != "ack"
 
 
 class InMemoryAdapter:
@@ -47,9 +56,26 @@ class InMemoryAdapter:
         # gevent's re-entrant lock under gevent (threading's default there is its pure-Python
         # fallback, a few frames per use, and every send takes it)
         self._cond = threading.Condition(new_rlock())
+        #: The record :meth:`deliver` is sending, per thread (greenlet under gevent).
+        self._delivering = threading.local()
+
+    def deliver(self, outgoing: Outgoing) -> SendResult:
+        """What the gateway calls: :meth:`send`, which then records the kind and the events
+        ``outgoing`` answers with the text (a test that wraps ``send`` still sees every
+        send)."""
+        self._delivering.outgoing = outgoing
+        try:
+            return self.send(outgoing.target, outgoing.text)
+        finally:
+            self._delivering.outgoing = None
 
     def send(self, target: SessionSource, text: str) -> SendResult:
         """Record the send; fail when disconnected or told to fail."""
+        outgoing = getattr(self._delivering, "outgoing", None)
+        if outgoing is not None and outgoing.text == text:
+            ids, kind = tuple(outgoing.in_reply_to), outgoing.kind
+        else:
+            ids, kind = (), "reply"
         error = None
         if not self.connected:
             error = "disconnected"
@@ -57,11 +83,13 @@ class InMemoryAdapter:
             error = "send failed (fail_sends is set)"
         with self._cond:
             if error is not None:
-                self.failed.append(SentMessage(target.chat_id, target.thread_id, text, None, error))
+                self.failed.append(SentMessage(target.chat_id, target.thread_id, text, None,
+                                               error, ids, kind))
                 self._cond.notify_all()
                 return SendResult(success=False, error=error)
             message_id = str(next(self._ids))
-            self.sent.append(SentMessage(target.chat_id, target.thread_id, text, message_id))
+            self.sent.append(SentMessage(target.chat_id, target.thread_id, text, message_id,
+                                         None, ids, kind))
             self._cond.notify_all()
         return SendResult(success=True, message_id=message_id)
 

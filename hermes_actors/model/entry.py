@@ -106,6 +106,12 @@ class SessionEntry:
     active_turn_token: str | None = None
     active_turn_started_at: datetime | None = None
     active_turn_internal: bool = False
+    #: The inbound events the marked turn answers (its own, and the owed ones it took up);
+    #: meaningful while ``active_turn_token`` is set.
+    active_turn_events: tuple[str, ...] = ()
+    #: Accepted events whose turn ended without an answer (interrupted by a follow-up, a
+    #: drain, a crash): the session's next turn answers them too, or a final notice does.
+    owed_events: tuple[str, ...] = ()
     was_auto_reset: bool = False
     auto_reset_reason: str | None = None
     prev_session_id: str | None = None
@@ -152,6 +158,8 @@ class SessionEntry:
         if out["origin"] is not None:
             out["origin"] = out["origin"].to_dict()
         out["metadata"] = dict(out["metadata"])
+        out["active_turn_events"] = list(out["active_turn_events"])
+        out["owed_events"] = list(out["owed_events"])
         return out
 
     @classmethod
@@ -175,6 +183,9 @@ class SessionEntry:
             kwargs["active_turn_token"] = None
             kwargs["active_turn_started_at"] = None
             kwargs["active_turn_internal"] = False
+            kwargs["active_turn_events"] = ()
+        for name in ("active_turn_events", "owed_events"):
+            kwargs[name] = _event_ids(kwargs.get(name))
         origin = kwargs.get("origin")
         if isinstance(origin, dict):
             try:
@@ -207,6 +218,13 @@ class SessionEntry:
         return cls(**kwargs)
 
 
+def _event_ids(value: Any) -> tuple[str, ...]:
+    """A stored list of event ids as a tuple (anything malformed is left out)."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(v for v in value if isinstance(v, str) and v)
+
+
 #: Field names, computed once: ``dataclasses.fields()`` on every (de)serialisation showed up
 #: as a fifth of the hub's time per turn in profiles.
 _FIELD_NAMES = tuple(f.name for f in fields(SessionEntry))
@@ -215,4 +233,5 @@ _FIELD_SET = frozenset(_FIELD_NAMES)
 _EVOLVABLE = frozenset({
     "updated_at", "suspended", "resume_pending", "resume_reason", "last_resume_marked_at",
     "active_turn_token", "active_turn_started_at", "active_turn_internal",
+    "active_turn_events", "owed_events",
 })

@@ -102,6 +102,8 @@ class Delivery:
         self._ledger = ledger
         #: Waits out a rate limit (the gateway's clock's ``sleep``: a fake clock's in tests).
         self._sleep = sleep
+        #: Told of every text sent successfully (``Gateway.ask`` waits on it), or ``None``.
+        self.on_sent: Callable[[Outgoing], None] | None = None
 
     @property
     def ledger_enabled(self) -> bool:
@@ -286,6 +288,11 @@ class Delivery:
         crashpoint("after_send_before_delivered")
         if not result.success:
             log.warning("delivery failed platform=%s error=%s", platform, result.error)
+        elif self.on_sent is not None:
+            try:
+                self.on_sent(outgoing)
+            except Exception:  # noqa: BLE001 - a listener's failure is not the send's
+                log.exception("the send listener failed")
         return result
 
     def send_owed(self, session_key: str, target: SessionSource, content: str, kind: str,
@@ -304,9 +311,9 @@ class _NoticeActor(LightActor):
         self._finished = finished
 
     def on_receive(self, message):
-        session_key, target, text, token, consume, reason, in_reply_to = message
+        session_key, target, text, token, consume, reason, in_reply_to, kind = message
         try:
-            self._delivery.send_owed(session_key, target, text, "notice", token,
+            self._delivery.send_owed(session_key, target, text, kind, token,
                                      consume=consume, reason=reason, in_reply_to=in_reply_to)
         except (FencedError, StoreUnavailableError) as exc:
             # Expected, as for a turn: the shard went to another node (which answers the
@@ -348,14 +355,15 @@ class NoticePool:
 
     def send(self, session_key: str, target: SessionSource, text: str, token: str, *,
              consume: tuple[str, ...] = (), reason: str | None = None,
-             in_reply_to: tuple[str, ...] = ()) -> None:
+             in_reply_to: tuple[str, ...] = (), kind: str = "notice") -> None:
         """Queue a notice for delivery (never blocks on the send); ``consume`` inbox events
-        are consumed in the transaction that records it; it answers ``in_reply_to``."""
+        are consumed in the transaction that records it; it answers ``in_reply_to``
+        (finally, unless ``kind`` is ``ack``)."""
         ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
         self._tracker.add()
         self._count(session_key, 1)
         try:
-            ref.tell((session_key, target, text, token, consume, reason, in_reply_to))
+            ref.tell((session_key, target, text, token, consume, reason, in_reply_to, kind))
         except pykka.ActorDeadError:
             self._finished(session_key)
             log.warning("notice dropped after shutdown session_key=%s", session_key)

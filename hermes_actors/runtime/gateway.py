@@ -24,6 +24,7 @@ from hermes_actors.config import GatewayConfig, load_config, require_config
 from hermes_actors.errors import HermesActorsError, StoreError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.runtime.activity import ActivityTracker
+from hermes_actors.runtime.answers import Answer, AnswerWaiters
 from hermes_actors.runtime.cache import AgentCacheActor, wait_settled
 from hermes_actors.runtime.clock import SystemClock
 from hermes_actors.runtime.counters import IngressCounters, QueueGauge, TurnCounters
@@ -147,6 +148,8 @@ class Gateway:
         #: A cluster node's pull adapters (Telegram), polled while their leases are held
         #: (``runtime/pull_adapters``); ``None`` off a cluster (the host polls them).
         self.pull_adapters: PullAdapters | None = None
+        #: Callers of :meth:`ask` waiting for their events' final answers.
+        self._answers = AnswerWaiters()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -244,6 +247,7 @@ class Gateway:
         delivery = Delivery(self._store, self.adapters, ledger=self.config.delivery_ledger,
                             tracker=self._tracker,
                             sleep=getattr(self.clock, "sleep", None) or time.sleep)
+        delivery.on_sent = self._answers.resolve
         cache = AgentCacheActor.start(
             self.config.agent.agent_cache, self.clock, probe=self.memory_probe or MemoryProbe(),
             load_transcript=self._store.load_transcript,
@@ -439,6 +443,25 @@ class Gateway:
         with the queue-full notice through the adapter.
         """
         return self._submit(event, refusable=False).event_id
+
+    def ask(self, event: MessageEvent, timeout: float | None = 30.0) -> Answer:
+        """Submit ``event`` and wait for its final answer: the reply of the turn that
+        answered it, or a final notice (the agent failed, ``/stop``, queue full, …), as an
+        :class:`~hermes_actors.runtime.answers.Answer` (``text``, ``kind``,
+        ``in_reply_to``, ``final``). Acknowledgements do not end the wait. Raises
+        ``TimeoutError`` when no final answer was sent within ``timeout`` seconds (the
+        message stays accepted: its answer may still come, through the adapter)."""
+        answers = self._answers
+        waiter = answers.expect(event.event_id)
+        try:
+            event_id = self.submit(event)
+        except BaseException:
+            answers.forget(event.event_id, waiter)
+            raise
+        if event_id != event.event_id:  # a repeat: the first message's answer is the one
+            answers.forget(event.event_id, waiter)
+            waiter = answers.expect(event_id)
+        return answers.wait(event_id, waiter, timeout)
 
     def admit(self, event: MessageEvent) -> Admission:
         """``submit`` for a host that answers its client itself (the HTTP adapter): a

@@ -60,6 +60,7 @@ from hermes_actors.runtime.session_core import (
 )
 from hermes_actors.runtime.turn import RunningTurn, run_turn
 from hermes_actors.store.fencing import bound_to_tenure
+from hermes_actors.store.lifecycle import merge_ids
 
 __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
@@ -160,8 +161,7 @@ class SessionActor(LightActor):
     def _check_handled(self, event: MessageEvent, effects: list) -> None:
         """Every accepted event ends queued or consumed; one that did not would replay at
         every start."""
-        if event.event_id in settled_event_ids(effects) or any(
-                event.event_id in item.event_ids for item in self.core.queue.items()):
+        if event.event_id in settled_event_ids(effects) or self.core.holds(event.event_id):
             return
         log.error("event %s was neither queued nor answered (session_key=%s); consuming it "
                   "as unhandled", event.event_id, self.session_key)
@@ -180,7 +180,7 @@ class SessionActor(LightActor):
         handler(self, effect)
 
     def _on_notify(self, effect: Notify) -> None:
-        self._notify(effect.event, effect.text, effect.consume)
+        self._notify(effect.event, effect.text, effect.consume, effect.answers, effect.ack)
 
     def _on_consume(self, effect: Consume) -> None:
         self._s.store.consume_events(list(effect.event_ids), effect.reason)
@@ -222,7 +222,7 @@ class SessionActor(LightActor):
             with bound_to_tenure(tenure):
                 outcome = run_turn(services, key, turn)
             try:
-                ref.tell(TurnDone(turn.id, outcome.status))
+                ref.tell(TurnDone(turn.id, outcome.status, outcome.unanswered))
             except pykka.ActorDeadError:
                 log.warning("turn finished after its actor stopped key=%s", key)
 
@@ -259,7 +259,11 @@ class SessionActor(LightActor):
     def _reset(self, effect: ResetSession) -> None:
         """The worker of ``/new``: reset in the store, discard the agent, report back."""
         store, error = self._s.store, None
+        answers = effect.dropped
         try:
+            old = store.get(self.session_key)
+            if old is not None:  # what the old session still owed is answered by the /new
+                answers = merge_ids(answers, old.owed_events)
             if store.reset_session(self.session_key) is None:
                 store.get_or_create_session(effect.event.source, force_new=True)
             tracker = self._s.tracker
@@ -273,7 +277,7 @@ class SessionActor(LightActor):
             log.exception("reset failed session_key=%s", self.session_key)
             error = type(exc).__name__
         try:
-            self.actor_ref.tell(ResetDone(effect.event, effect.cut, error))
+            self.actor_ref.tell(ResetDone(effect.event, effect.cut, error, answers))
         except pykka.ActorDeadError:
             self._s.resets.done()
             log.warning("reset finished after its actor stopped key=%s", self.session_key)
@@ -302,13 +306,16 @@ class SessionActor(LightActor):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _notify(self, event: MessageEvent, text: str, consume: str | None = None) -> None:
-        """Answer ``event`` with a notice; with ``consume`` the event's inbox row is consumed
-        (with that reason) in the transaction that records the notice, so a crash can
-        neither lose the answer of a consumed event nor replay an answered one."""
+    def _notify(self, event: MessageEvent, text: str, consume: str | None = None,
+                answers: tuple[str, ...] = (), ack: bool = False) -> None:
+        """Answer ``event`` (and ``answers``) with a notice, or acknowledge it (``ack``);
+        with ``consume`` the event's inbox row is consumed (with that reason) in the
+        transaction that records the notice, so a crash can neither lose the answer of a
+        consumed event nor replay an answered one."""
         self._s.notices.send(self.session_key, event.source, text, f"{event.event_id}:{text}",
                              consume=(event.event_id,) if consume else (), reason=consume,
-                             in_reply_to=(event.event_id,))
+                             in_reply_to=(event.event_id, *answers),
+                             kind="ack" if ack else "notice")
 
     def _report_depth(self, depth: int) -> None:
         if depth != self._reported_depth:

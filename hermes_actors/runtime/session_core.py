@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from hermes_actors.model.commands import REGISTRY, help_text
@@ -84,6 +84,10 @@ class TurnDone:
 
     turn_id: int
     status: str
+    #: The events a turn stopped by ``/stop`` or ``/new`` left unanswered: the command's
+    #: answer names them (any other interrupted turn leaves them owed in the store, to the
+    #: session's next turn).
+    unanswered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,9 @@ class ResetDone:
     event: MessageEvent
     cut: bool
     error: str | None = None
+    #: The events the answer names besides the command: the human messages it dropped and
+    #: those the old session still owed an answer.
+    answers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,10 @@ class Notify:
     event: MessageEvent
     text: str
     consume: str | None = None
+    #: More events this text answers (finally): messages a command dropped or cut short.
+    answers: tuple[str, ...] = ()
+    #: An acknowledgement (``Queued for the next turn.``): the event's answer comes later.
+    ack: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +210,8 @@ class ResetSession:
 
     event: MessageEvent
     cut: bool
+    #: The human messages the command dropped from the queue (its answer names them).
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +327,11 @@ class SessionCore:
     acked_interrupt: bool = False
     drain_status: str | None = None
     warned_unreachable: bool = False
+    #: Command answers held until the running turn they stopped has ended, so they can
+    #: name the events it left unanswered (``/stop``, a ``/new`` that cut a turn).
+    closing: list[Notify] = field(default_factory=list)
+    #: Events a cut turn left unanswered, for the answer of the ``/new`` still under way.
+    unanswered: tuple[str, ...] = ()
 
     @property
     def busy(self) -> bool:
@@ -331,15 +349,7 @@ class SessionCore:
         elif isinstance(message, TurnDone):
             self._on_turn_done(message, ctx, effects)
         elif isinstance(message, ResetDone):
-            self.resetting -= 1
-            if message.error is not None:
-                effects.append(Notify(message.event, RESET_FAILED.format(message.error),
-                                      "command"))
-            else:
-                effects.append(Notify(message.event,
-                                      NEW_SESSION_CUT if message.cut else NEW_SESSION,
-                                      "command"))
-            self._maybe_start(ctx, effects)
+            self._on_reset_done(message, ctx, effects)
         elif isinstance(message, IdleCheck):
             self._on_idle_check(message, ctx, effects)
         elif isinstance(message, Kick):
@@ -357,6 +367,11 @@ class SessionCore:
         elif isinstance(message, DrainResult):
             answer = self.drain_status
         return Reaction(effects, answer)
+
+    def holds(self, event_id: str) -> bool:
+        """Whether ``event_id`` waits here: queued, or a command whose answer is held."""
+        return any(event_id in item.event_ids for item in self.queue.items()) or any(
+            notice.event.event_id == event_id for notice in self.closing)
 
     def statistics(self) -> SessionStatistics:
         """A snapshot record."""
@@ -411,7 +426,7 @@ class SessionCore:
             return  # its answer is already out: this simply runs next, nothing to interrupt
         if not self.acked_interrupt:
             self.acked_interrupt = True
-            effects.append(Notify(event, INTERRUPT_ACK))
+            effects.append(Notify(event, INTERRUPT_ACK, ack=True))
         self._interrupt(event.text, effects)
 
     def _enqueue_capped(self, item: Queued, event: MessageEvent, refusable: bool,
@@ -428,7 +443,8 @@ class SessionCore:
         if event.metadata.get("replayed"):
             return None  # acknowledged before the restart already
         depth = self.queue.depth
-        effects.append(Notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)"))
+        effects.append(Notify(event, QUEUED_ACK if depth <= 1 else f"{QUEUED_ACK} ({depth} queued)",
+                              ack=True))
         return None
 
     def _interrupt(self, reason: str | None, effects: list[Effect]) -> None:
@@ -454,13 +470,19 @@ class SessionCore:
         if running:
             self._interrupt("/stop", effects)
         dropped = self.queue.discard_followup()
+        answers: tuple[str, ...] = ()
         if dropped is not None:
             effects.append(Consume(dropped.event_ids, "dropped"))
+            answers = dropped.event_ids
         delegations = ctx.has_delegations()
         if delegations:
             effects.append(CancelDelegations())
-        effects.append(Notify(event, STOPPED if running or delegations else NOTHING_TO_STOP,
-                              "command"))
+        notice = Notify(event, STOPPED if running or delegations else NOTHING_TO_STOP,
+                        "command", answers)
+        if running and not ctx.turn_settled:
+            self.closing.append(notice)  # sent once the turn ended, naming what it left
+        else:
+            effects.append(notice)
 
     def _cmd_new(self, event: MessageEvent, ctx: Context, effects: list[Effect]) -> None:
         cut = self.running is not None and not ctx.turn_settled
@@ -471,7 +493,7 @@ class SessionCore:
             effects.append(Consume(ids, "dropped"))
         effects.append(CancelDelegations())
         self.resetting += 1
-        effects.append(ResetSession(event, cut))
+        effects.append(ResetSession(event, cut, ids))
 
     def _cmd_status(self, event: MessageEvent, ctx: Context, effects: list[Effect]) -> None:
         running_for = ctx.now - self.running.started if self.running is not None else None
@@ -507,12 +529,42 @@ class SessionCore:
         if self.running is None or self.running.id != message.turn_id:
             return
         started, self.running = self.running.started, None
+        self._release_closing(message.unanswered, effects)
         if message.status != "skipped":
             effects.append(TurnFinished(message.status, ctx.now - started))
         if self.drain_status == "running":
             self.drain_status = message.status
         self.turns += 1
         self.last_activity = ctx.now
+        self._maybe_start(ctx, effects)
+
+    def _release_closing(self, unanswered: tuple[str, ...], effects: list[Effect]) -> None:
+        """The running turn ended: send the answers held for it, the first naming the
+        events it left unanswered (or keep those for the ``/new`` still under way)."""
+        if self.closing:
+            first, *rest = self.closing
+            self.closing = []
+            effects.append(replace(first, answers=first.answers + unanswered))
+            effects.extend(rest)
+        elif unanswered and self.resetting:
+            self.unanswered += unanswered
+        elif unanswered:  # pragma: no cover - a stopped turn always has its command's answer
+            effects.append(Warn(f"events left unanswered session_key={self.session_key}: "
+                                f"{' '.join(unanswered)}"))
+
+    def _on_reset_done(self, message: ResetDone, ctx: Context, effects: list[Effect]) -> None:
+        self.resetting -= 1
+        if message.error is not None:
+            text = RESET_FAILED.format(message.error)
+        else:
+            text = NEW_SESSION_CUT if message.cut else NEW_SESSION
+        answers = tuple(dict.fromkeys(message.answers + self.unanswered))
+        self.unanswered = ()
+        notice = Notify(message.event, text, "command", answers)
+        if message.cut and self.running is not None:
+            self.closing.append(notice)  # the cut turn has not ended yet
+        else:
+            effects.append(notice)
         self._maybe_start(ctx, effects)
 
     def _on_idle_check(self, check: IdleCheck, ctx: Context, effects: list[Effect]) -> None:

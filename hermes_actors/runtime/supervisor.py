@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from hermes_actors._green.actor import LightActor
-from hermes_actors.errors import FencedError
+from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX, Owed
 from hermes_actors.runtime.ledger_sweep import sweep_ledger
@@ -37,9 +37,15 @@ from hermes_actors.runtime.recovery_rules import (
 from hermes_actors.store.recovery import RESTART_INTERRUPTED, marker_max_age
 from hermes_actors.store.turns import MarkerSettlement
 
-__all__ = ["SupervisorActor", "SupervisorStatistics"]
+__all__ = ["SUSPENDED_NOTICE", "SupervisorActor", "SupervisorStatistics"]
 
 log = logging.getLogger("hermes_actors.supervisor")
+
+#: The final answer of the messages a session owed when the stuck-loop guard suspended it.
+SUSPENDED_NOTICE = (
+    "⚠️ This conversation was interrupted by {} restarts in a row and has been closed: "
+    "your messages were not answered. Send them again to start a new session."
+)
 
 
 class SupervisorStatistics(NamedTuple):
@@ -156,12 +162,26 @@ class SupervisorActor(LightActor):
                 self._suspensions += 1
                 log.warning("session suspended after %d interrupted restarts key=%s",
                             self._counts[key], key)
+                self._answer_suspended(key)
         if stuck and self._shared:
             self._counts = {k: n for k, n in self._counts.items() if k not in stuck}
             self._store.write_session_restarts((k, 0) for k in stuck)
         elif stuck:
             self._write_counts({k: n for k, n in self._counts.items() if k not in stuck})
         return stuck
+
+    def _answer_suspended(self, key: str) -> None:
+        """The messages a suspended session still owed an answer get a final notice."""
+        entry = self._store.get(key)
+        if entry is None or not entry.owed_events or entry.origin is None:
+            return
+        text = SUSPENDED_NOTICE.format(self._counts[key])
+        try:
+            self._delivery.send_owed(key, entry.origin, text, "notice",
+                                     f"suspended:{entry.session_id}",
+                                     in_reply_to=entry.owed_events)
+        except (FencedError, StoreUnavailableError) as exc:
+            log.warning("suspension notice not sent session_key=%s error=%s", key, exc)
 
     def _auto_continue_candidates(self) -> list:
         agent = self._config.agent

@@ -70,6 +70,9 @@ class TurnOutcome:
     #: ``completed``, ``interrupted``, ``failed``, ``partial``, or ``skipped`` (not run).
     status: str
     session_id: str | None = None
+    #: The events a turn stopped by ``/stop`` or ``/new`` left unanswered (the command's
+    #: answer names them).
+    unanswered: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -86,6 +89,11 @@ class RunningTurn:
     reason: str | None = None
     #: Set by a ``/new`` (or ``/reset``) interrupt, even one after an earlier interrupt.
     reset: bool = False
+    #: Set by a ``/stop`` interrupt, even one after an earlier interrupt.
+    stopped: bool = False
+    #: The events the turn answers once it began: its item's, and those the session
+    #: still owed (an interrupted or crashed turn's), which it took up.
+    answers: tuple[str, ...] = ()
     #: Set once ``begin_turn`` committed (the inbox rows are consumed from then on).
     began: bool = False
     #: Set once the turn's answer is recorded: interrupting it would change nothing.
@@ -98,6 +106,8 @@ class RunningTurn:
         with self.lock:
             if reason == "/new":  # (/reset's reason too)
                 self.reset = True
+            elif reason == "/stop":
+                self.stopped = True
             if self.interrupted:
                 return
             self.interrupted = True
@@ -174,7 +184,8 @@ def run_turn(services: Services, session_key: str, turn: RunningTurn) -> TurnOut
                 services.store.consume_events(list(turn.item.event_ids), "failed")
             services.delivery.send_owed(
                 session_key, event.source, FAILED_NOTICE.format(type(exc).__name__),
-                "notice", f"error:{event.event_id}", in_reply_to=turn.item.event_ids,
+                "notice", f"error:{event.event_id}",
+                in_reply_to=turn.answers or turn.item.event_ids,
             )
         except Exception:  # noqa: BLE001
             log.exception("could not settle the failed turn session_key=%s", session_key)
@@ -207,6 +218,11 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
     if isinstance(started, TurnOutcome):
         return started
     entry, token, checkout = started
+    turn.answers = turn.item.event_ids
+    if entry.owed_events:  # it took up the answers the session still owed
+        marked = store.get(key)
+        if marked is not None and marked.active_turn_token == token:
+            turn.answers = marked.active_turn_events
     turn.began = True
     crashpoint("after_turn_marked")
     crashpoint("after_user_persisted")
@@ -221,6 +237,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
         store.append_message(session_id, message_, turn_token=token)
 
     error: BaseException | None = None
+    unanswered: tuple[str, ...] = ()
     result = TurnResult(None, "failed")
     try:
         try:
@@ -272,7 +289,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 raise
             log.warning("agent failed session_key=%s error=%s", key, _describe_error(exc))
             error, result = exc, TurnResult(None, "failed")
-        _settle(services, key, session_id, token, turn, result, error)
+        unanswered = _settle(services, key, session_id, token, turn, result, error)
         persisted = True
     finally:
         if agent is not None:
@@ -287,7 +304,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
             services.on_turn_succeeded(key)
     except Exception:  # noqa: BLE001
         log.exception("post-turn bookkeeping failed session_key=%s", key)
-    return TurnOutcome(result.status, session_id)
+    return TurnOutcome(result.status, session_id, unanswered)
 
 
 def _size(message: dict[str, Any]) -> int:
@@ -387,15 +404,18 @@ def _return_unused(services: Services, key: str, session_id: str, checkout: Any)
 
 
 def _settle(services: Services, key: str, session_id: str, token: str, turn: RunningTurn,
-            result: TurnResult, error: BaseException | None) -> None:
+            result: TurnResult, error: BaseException | None) -> tuple[str, ...]:
     """Persist the reply, record what is owed, clear the marker (``turn.settled`` from
-    then on), send."""
+    then on), send. Returns the events a turn stopped by ``/stop`` or ``/new`` left
+    unanswered (the command's answer names them)."""
     store, delivery = services.store, services.delivery
-    item = turn.item
-    event = item.event
+    event = turn.item.event
+    answers = turn.answers
     reply = result.reply if isinstance(result.reply, str) else None
     owed: tuple[str, str] | None = None
     persist: dict | None = None
+    cut = turn.interrupted or result.status in ("interrupted", "partial")
+    unanswered: tuple[str, ...] = ()
     if error is not None or result.status == "failed":
         name = type(error).__name__ if error is not None else "AgentFailed"
         owed = (FAILED_NOTICE.format(name), "notice")
@@ -403,8 +423,10 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
         persist = {"role": "assistant", "content": reply}
         if not is_silence_marker(reply):
             owed = (reply, "reply")
-        elif not event.internal:
-            owed = (SILENCE_NOTICE, "notice")
+        elif not event.internal or answers != turn.item.event_ids:
+            owed = (SILENCE_NOTICE, "notice")  # a person waits for an answer
+    elif cut and turn.reason == "timeout":
+        owed = (FAILED_NOTICE.format("Timeout"), "notice")
     # With the ledger on, the reply rides in the transaction that records what is owed for it
     # and clears the marker; otherwise it is persisted first (recovery adopts a persisted
     # reply whose marker is still set, §7).
@@ -418,12 +440,17 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
         # finds a marker whose answer already sits in the ledger (no resume on top of it).
         row = delivery.record(key, event.source, owed[0], owed[1], token, clear_turn=True,
                               reply=(session_id, persist) if merged and persist else None,
-                              in_reply_to=item.event_ids)
+                              in_reply_to=answers)
         if merged:
             crashpoint("after_reply_persisted")
         crashpoint("after_ledger_recorded")
-    else:
+    elif cut and (turn.stopped or turn.reset):
         store.clear_turn_active(key, token)
+        unanswered = answers  # the /stop's or /new's answer names them
+    else:
+        # Cut short by a follow-up or a drain, the events stay owed: the session's next
+        # turn answers them with its own.
+        store.clear_turn_active(key, token, carry=cut)
     # Before the send, which can take long (a rate-limited adapter): a follow-up or /new
     # meanwhile has nothing left to interrupt (§8).
     turn.settled = True
@@ -446,6 +473,7 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
             log.exception("token usage not recorded session_key=%s", key)
     if owed is not None:
         delivery.attempt(row, event.source, owed[0])
+    return unanswered
 
 
 def _delegate(services: Services, key: str, session_id: str, event: MessageEvent, fn,

@@ -99,12 +99,20 @@ class DeliveryLedger:
             ops.append(LedgerClaim(oid, *self.owner, core.ts()))
         if consume:
             ops.append(ConsumeEvents(tuple(consume), consume_reason, core.ts()))
-        if clear_turn and token is not None:
+        clear = clear_turn and token is not None
+        answered = tuple(in_reply_to) if kind in ledger.FINAL_KINDS else ()
+        if clear or (answered and _owes(core.entries.get(session_key), answered)):
             with core.key_lock(session_key):
                 entry = core.entries.get(session_key)
                 put = []
-                if entry is not None and entry.active_turn_token == token:
-                    put = [lifecycle.clear_turn_marker(entry)]
+                if entry is not None:
+                    new = entry
+                    if clear and entry.active_turn_token == token:
+                        new = lifecycle.clear_turn_marker(entry)
+                    # a final answer settles the events it names that were still owed
+                    new = lifecycle.settle_owed(new, answered) or new
+                    if new is not entry:
+                        put = [new]
                 results = core.commit(ops, put=put)
         else:
             results = core.apply(ops)
@@ -192,6 +200,12 @@ class DeliveryLedger:
         """Delete ``delivered``/``abandoned`` rows untouched for ``max_age_days``; the
         count."""
         return self._core.apply([LedgerPrune(self._core.ts() - max_age_days * _DAY)])[0] or 0
+
+
+def _owes(entry: Any, answered: tuple[str, ...]) -> bool:
+    """Whether ``entry`` still owes an answer to one of the ``answered`` events."""
+    return entry is not None and bool(entry.owed_events) and any(
+        e in entry.owed_events for e in answered)
 
 
 def _check_outcome(state: str) -> None:

@@ -20,6 +20,7 @@ import hashlib
 
 __all__ = [
     "CLAIMABLE_STATES",
+    "FINAL_KINDS",
     "FINAL_STATES",
     "KINDS",
     "MAX_AGE_SECONDS",
@@ -32,8 +33,12 @@ __all__ = [
     "released_state",
 ]
 
-#: What an obligation carries: a turn's reply, a reply found by crash recovery, a notice.
-KINDS = ("reply", "recovered", "notice")
+#: What an obligation carries: a turn's reply, a reply found by crash recovery, a notice
+#: (a final one: a command's answer, the agent failed, cancelled, refused), an
+#: acknowledgement ("Queued for the next turn.": the events it names get their answer later).
+KINDS = ("reply", "recovered", "notice", "ack")
+#: The kinds that are the final answer of every event they name (all but acknowledgements).
+FINAL_KINDS = frozenset({"reply", "recovered", "notice"})
 #: Every ledger state.
 STATES = ("pending", "attempting", "delivered", "failed", "abandoned")
 #: States a sender may claim (``attempting`` only when its owner is dead).

@@ -24,7 +24,10 @@ from hermes_actors.model.timeutil import epoch
 __all__ = [
     "ACCESS_ACTIONS",
     "access_action",
+    "carry_marker_events",
     "clear_turn_marker",
+    "merge_ids",
+    "settle_owed",
     "fresh_entry",
     "origin_of",
     "is_stale",
@@ -102,6 +105,27 @@ def clear_turn_marker(entry: SessionEntry) -> SessionEntry:
     return entry.evolve(
         active_turn_token=None, active_turn_started_at=None, active_turn_internal=False
     )
+
+
+def carry_marker_events(entry: SessionEntry) -> SessionEntry:
+    """``entry`` without its turn marker, the marked turn's events owed from now on (the
+    turn ended, or was found after a restart, without an answer to them): the session's
+    next turn answers them too, or a final notice does."""
+    return clear_turn_marker(entry).evolve(
+        owed_events=merge_ids(entry.owed_events, entry.active_turn_events))
+
+
+def settle_owed(entry: SessionEntry, answered: tuple[str, ...]) -> SessionEntry | None:
+    """``entry`` with the ``answered`` events no longer owed, or ``None`` when none was."""
+    if not entry.owed_events or not answered:
+        return None
+    left = tuple(e for e in entry.owed_events if e not in answered)
+    return None if len(left) == len(entry.owed_events) else entry.evolve(owed_events=left)
+
+
+def merge_ids(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    """The event ids of ``groups`` in order, each once."""
+    return tuple(dict.fromkeys(e for group in groups for e in group))
 
 
 def is_stale(entry: SessionEntry, cutoff: float) -> bool:

@@ -182,13 +182,15 @@ class SessionLifecycle:
             raise StoreError(f"no session with key {key!r}")
         return token
 
-    def clear_turn_active(self, key: str, token: str) -> bool:
-        """Clear the turn marker only if it still holds ``token`` (compare-and-swap)."""
+    def clear_turn_active(self, key: str, token: str, *, carry: bool = False) -> bool:
+        """Clear the turn marker only if it still holds ``token`` (compare-and-swap); with
+        ``carry``, the turn's events stay owed (it ended without answering them)."""
+        settle = lifecycle.carry_marker_events if carry else lifecycle.clear_turn_marker
 
         def clear(entry: SessionEntry) -> SessionEntry | None:
             if token is None or entry.active_turn_token != token:
                 return None
-            return lifecycle.clear_turn_marker(entry)
+            return settle(entry)
 
         return self.change(key, clear)
 
@@ -196,7 +198,8 @@ class SessionLifecycle:
         """Clear every turn marker (after a clean shutdown); returns how many were set."""
         core = self._core
         with core.all_keys():
-            changed = [lifecycle.clear_turn_marker(e) for e in core.entries.flagged()
+            # a turn a drain left running answered nothing: its events stay owed
+            changed = [lifecycle.carry_marker_events(e) for e in core.entries.flagged()
                        if e.has_active_turn]
             if changed:
                 core.commit([], put=changed)

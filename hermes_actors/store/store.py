@@ -260,9 +260,10 @@ class SessionStore:
         """Durably mark a turn as running; returns its token (32 hex digits)."""
         return self._sessions.mark_turn_active(key, internal=internal)
 
-    def clear_turn_active(self, key: str, token: str) -> bool:
-        """Clear the turn marker only if it still holds ``token`` (compare-and-swap)."""
-        return self._sessions.clear_turn_active(key, token)
+    def clear_turn_active(self, key: str, token: str, *, carry: bool = False) -> bool:
+        """Clear the turn marker only if it still holds ``token`` (compare-and-swap); with
+        ``carry``, the turn's events stay owed to the session's next answer."""
+        return self._sessions.clear_turn_active(key, token, carry=carry)
 
     def discard_active_turn_markers(self) -> int:
         """Clear every turn marker (after a clean shutdown); returns how many were set."""

@@ -119,10 +119,15 @@ class TurnRecords:
         """A new turn token, the ops that start the turn, and ``entry`` with the marker."""
         token = new_id()
         now = now or self._core.now()
+        # The turn answers its own events and takes up those still owed (an interrupted
+        # turn's, a crashed one's): its answer names them all.
         marked = entry.evolve(
             active_turn_token=token,
             active_turn_started_at=now,
             active_turn_internal=bool(internal),
+            active_turn_events=lifecycle.merge_ids(entry.owed_events, ids)
+            if entry.owed_events else ids,
+            owed_events=(),
             updated_at=now if touch_activity else entry.updated_at,
         )
         ops: list[Op] = []
@@ -185,16 +190,20 @@ class TurnRecords:
         put = []
         with core.all_keys():
             for item in settlements:
+                entry = core.entries.get(item.session_key)
+                marked = entry is not None and entry.active_turn_token == item.token
                 if item.owed is not None and ledger_on:
                     target, content, kind = item.owed
                     oid = ledger.obligation_id(item.session_key, item.token, content)
-                    ops.append(ledger_record_op(oid, item.session_key, target.platform,
-                                                target.chat_id, target.thread_id, content,
-                                                kind, core.ts()))
-                entry = core.entries.get(item.session_key)
-                if entry is None or entry.active_turn_token != item.token:
+                    ops.append(ledger_record_op(
+                        oid, item.session_key, target.platform, target.chat_id,
+                        target.thread_id, content, kind, core.ts(),
+                        entry.active_turn_events if entry is not None and marked else ()))
+                if entry is None or not marked:
                     continue
-                new = lifecycle.clear_turn_marker(entry)
+                # an answer recorded names the turn's events; without one they stay owed
+                new = lifecycle.clear_turn_marker(entry) if item.owed is not None \
+                    else lifecycle.carry_marker_events(entry)
                 if item.resume_reason is not None and not entry.suspended:
                     new = new.evolve(resume_pending=True, resume_reason=item.resume_reason,
                                      last_resume_marked_at=now)

@@ -380,15 +380,16 @@ class TestFirstMessage:
             return real_first(key, source, **kwargs)
 
         gw.store.begin_first_turn = held
-        submit(gw, "hello before new")
+        first = submit(gw, "hello before new")
         assert entered.wait(10)
-        submit(gw, "/new")  # interrupts the starting turn, then creates the session
-        assert adapter.wait_for(1)
+        new = submit(gw, "/new")  # interrupts the starting turn, then creates the session
         go.set()
         assert gw.wait_idle(10)
         entry = gw.store.get(KEY)
         assert gw.store.load_transcript(entry.session_id) == [], "the dropped message leaked"
         assert adapter.texts() == [NEW_SESSION_CUT]  # it cut the starting turn
+        # ...and, sent once that turn had ended, it is the final answer of both messages
+        assert set(adapter.sent[0].in_reply_to) == {new, first} and adapter.sent[0].final
         assert gw.store.pending_inbox() == []
         submit(gw, "after")
         assert gw.wait_idle(10)

@@ -7,6 +7,7 @@ import threading
 
 from hermes_actors import MessageEvent, SessionSource
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.turn import FAILED_NOTICE
 
 
 class TestIdleRetirement:
@@ -50,7 +51,8 @@ class TestTurnTimeout:
 
     def test_overdue_turn_interrupted(self, make_harness):
         h = make_harness(agent={"timeout": 60})
-        h.hold("g", "wait")
+        event_id = h.send("wait g")
+        assert h.gates.wait_until_waiting("g")
         h.clock.advance(30)
         h.gw.housekeeping_tick()
         assert h.gw.session_statistics(h.key()).running is True
@@ -58,7 +60,9 @@ class TestTurnTimeout:
         h.gw.housekeeping_tick()
         h.idle()
         assert h.gw.session_statistics(h.key()).running is False
-        assert h.texts() == []
+        # the message's final answer says so (it is not left unanswered)
+        assert h.texts() == [FAILED_NOTICE.format("Timeout")]
+        assert h.adapter.sent[0].in_reply_to == (event_id,) and h.adapter.sent[0].final
 
 
 class TestHousekeepingPrune:

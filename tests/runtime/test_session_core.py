@@ -121,7 +121,7 @@ class TestFollowUps:
         started(c)
         e1, e2 = event("one"), event("two")
         effects = c.handle(Inbound(e1), ctx()).effects
-        assert effects == [Notify(e1, INTERRUPT_ACK), Interrupt("one")]
+        assert effects == [Notify(e1, INTERRUPT_ACK, ack=True), Interrupt("one")]
         assert c.handle(Inbound(e2), ctx()).effects == [Interrupt("two")]
         assert c.queue.pending_slot.event.text == "one\ntwo"
         assert c.statistics().interrupting
@@ -170,7 +170,19 @@ class TestCommands:
         stop = event("/stop")
         effects = c.handle(Inbound(stop), ctx(has_delegations=lambda: True)).effects
         assert effects == [Interrupt("/stop"), Consume((follow.event_id,), "dropped"),
-                           CancelDelegations(), Notify(stop, STOPPED, "command")]
+                           CancelDelegations()]
+        # the answer waits for the stopped turn, then names what it dropped and cut
+        assert c.holds(stop.event_id)
+        effects = c.handle(TurnDone(c.running.id, "interrupted", ("e-cut",)), ctx()).effects
+        assert effects[0] == Notify(stop, STOPPED, "command", (follow.event_id, "e-cut"))
+
+    def test_stop_of_a_settled_turn_answers_at_once(self):
+        c = core("interrupt")
+        started(c)
+        stop = event("/stop")
+        effects = c.handle(Inbound(stop), ctx(turn_settled=True)).effects
+        assert effects == [Interrupt("/stop"), Notify(stop, STOPPED, "command")]
+        assert not c.closing
 
     def test_stop_with_nothing_to_stop(self):
         c = core()
@@ -189,13 +201,27 @@ class TestCommands:
         new = event(word)
         effects = c.handle(Inbound(new), ctx()).effects
         assert effects == [Interrupt("/new"), Consume((queued.event_id,), "dropped"),
-                           CancelDelegations(), ResetSession(new, cut=True)]
+                           CancelDelegations(), ResetSession(new, cut=True,
+                                                             dropped=(queued.event_id,))]
         first_turn = c.running.id
-        assert c.handle(TurnDone(first_turn, "interrupted"), ctx()).effects[1:] == []
+        assert c.handle(TurnDone(first_turn, "interrupted", ("e-cut",)),
+                        ctx()).effects[1:] == []
         assert c.busy and c.running is None  # the wake-up waits for the new session
-        effects = c.handle(ResetDone(new, cut=True), ctx()).effects
-        assert effects[0] == Notify(new, NEW_SESSION_CUT, "command")
+        effects = c.handle(ResetDone(new, cut=True, answers=(queued.event_id,)), ctx()).effects
+        assert effects[0] == Notify(new, NEW_SESSION_CUT, "command",
+                                    (queued.event_id, "e-cut"))
         assert isinstance(effects[1], StartTurn) and effects[1].item.event is wake
+
+    def test_new_answer_waits_for_the_turn_it_cut(self):
+        """A /new whose reset is done before the cut turn ended answers once it has, naming
+        what the turn left unanswered."""
+        c = core()
+        started(c)
+        new = event("/new")
+        c.handle(Inbound(new), ctx())
+        assert c.handle(ResetDone(new, cut=True), ctx()).effects == []
+        effects = c.handle(TurnDone(c.running.id, "interrupted", ("e-cut",)), ctx()).effects
+        assert effects[0] == Notify(new, NEW_SESSION_CUT, "command", ("e-cut",))
 
     def test_two_resets_in_flight_hold_turns_until_both_are_done(self):
         c = core()
