@@ -135,9 +135,16 @@ def _request(url: str, path: str, body: dict | None = None, timeout: float = 10.
 
 
 def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list[Accepted], counter,
-           max_messages: int, rng: random.Random, window: int) -> None:
+           max_messages: int, rng: random.Random, window: int,
+           unconfirmed: list[tuple[str, str]]) -> None:
     """Send unique messages to one chat until told to stop; remember the accepted ones with
     their event ids.
+
+    Each message carries a ``message_id`` (its text) and is posted again until the gateway
+    answers: a retry after a lost answer (the process killed meanwhile) is then answered
+    200 ``"duplicate": true`` with the first event's id, never taken as a second message,
+    so no answer names an id the client does not know. A message still unanswered when the
+    client stops goes to ``unconfirmed`` (:func:`confirm` posts it once more at the end).
 
     Like a person, a chat does not run arbitrarily far ahead of its answers: at most
     ``window`` accepted messages may be unanswered (no final row names them), then it reads
@@ -146,12 +153,13 @@ def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list[Accepte
     """
     unanswered: set[str] = set()
     cursor = 0
+    pending: str | None = None  # posted, no answer yet: posted again with its message_id
     while not stop.is_set():
         url = gw.url
         if not url:
             stop.wait(0.05)
             continue
-        if len(unanswered) >= window:
+        if pending is None and len(unanswered) >= window:
             try:
                 query = urllib.parse.urlencode({"chat_id": chat, "after": cursor, "wait": 1})
                 _, data = _request(url, f"/v1/outbox?{query}", timeout=15)
@@ -163,20 +171,49 @@ def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list[Accepte
                     unanswered.difference_update(event_ids(row))
             cursor = data["cursor"]
             continue
-        with counter["lock"]:
-            if counter["n"] >= max_messages:
-                return
-            counter["n"] += 1
-            text = f"m{counter['n']}"
-        try:
-            status, body = _request(url, "/v1/messages", {"chat_id": chat, "text": text})
-            if status in (200, 202):
-                accepted.append(Accepted(str(body["event_id"]), chat, text))
-                unanswered.add(str(body["event_id"]))
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError,
-                KeyError):
-            pass  # not acknowledged: not counted (the process may still have taken it)
-        stop.wait(rng.uniform(0.0, 0.02))
+        if pending is None:
+            with counter["lock"]:
+                if counter["n"] >= max_messages:
+                    return
+                counter["n"] += 1
+                pending = f"m{counter['n']}"
+        event_id = post(url, chat, pending)
+        if event_id is not None:
+            accepted.append(Accepted(event_id, chat, pending))
+            unanswered.add(event_id)
+            pending = None
+            stop.wait(rng.uniform(0.0, 0.02))
+        else:
+            stop.wait(0.05)  # not answered: the same message again (the process may have it)
+    if pending is not None:
+        unconfirmed.append((chat, pending))
+
+
+def post(url: str, chat: str, text: str) -> str | None:
+    """Post one message (``message_id`` = its text); its event id once the gateway took it
+    (202) or knew it already (200, ``"duplicate": true``), else ``None``."""
+    try:
+        status, body = _request(url, "/v1/messages",
+                                {"chat_id": chat, "text": text, "message_id": text})
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        return None
+    if status in (200, 202) and isinstance(body, dict) and body.get("event_id"):
+        return str(body["event_id"])
+    return None
+
+
+def confirm(gw: Gateway, unconfirmed: list[tuple[str, str]], accepted: list[Accepted]) -> None:
+    """Post once more, with their message ids, the messages no answer came for: the gateway
+    names the event it took (a duplicate) or takes them now; either way they are accepted."""
+    for chat, text in unconfirmed:
+        for _ in range(50):
+            event_id = post(gw.url, chat, text)
+            if event_id is not None:
+                accepted.append(Accepted(event_id, chat, text))
+                break
+            time.sleep(0.1)
+        else:
+            print(f"soak: {text} of {chat} never acknowledged", file=sys.stderr)
 
 
 def restarter(gw: Gateway, stop: threading.Event, every: tuple[float, float],
@@ -269,11 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     gw.start()
     stop = threading.Event()
     accepted: list[Accepted] = []
+    unconfirmed: list[tuple[str, str]] = []
     counter = {"n": 0, "lock": threading.Lock()}
     chats = [f"soak{i}" for i in range(args.chats)]
     threads = [threading.Thread(target=client, daemon=True,
                                 args=(gw, c, stop, accepted, counter, args.max_messages,
-                                      random.Random(rng.random()), args.window))
+                                      random.Random(rng.random()), args.window,
+                                      unconfirmed))
                for c in chats]
     for t in threads:
         t.start()
@@ -292,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     # A final stop, then one more start so recovery delivers whatever is owed.
     gw.stop()
     gw.start()
+    confirm(gw, unconfirmed, accepted)
     settle(gw, chats, timeout=600)
     outbox = {chat: outbox_rows(gw.url, chat) for chat in chats}
     code = gw.stop()
