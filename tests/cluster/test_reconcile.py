@@ -1,71 +1,186 @@
-"""The reconciliation of acknowledged messages against the outbox, and the database's
-evidence on unanswered ones (pure functions)."""
+"""The reconciliation of accepted messages against the outgoing messages by event id, and
+the database's evidence on unanswered ones (pure functions, rows built by hand)."""
 
 from __future__ import annotations
 
 import json
 
-from hermes_actors.agents.base import TurnRequest
-from hermes_actors.agents.scripted import ScriptedAgent
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import resume_note
 from hermes_actors.runtime.turn import FAILED_NOTICE
-from hermes_actors.testing.reconcile import Accepted, reconcile, suspension_evidence
+from hermes_actors.testing.reconcile import (
+    Accepted,
+    Answer,
+    is_final,
+    names_some_event,
+    reconcile,
+    suspension_evidence,
+)
 
 
-def _reply(text: str, *ids: str) -> dict:
-    return {"kind": "reply", "text": text, "in_reply_to": list(ids)}
+def _reply(text: str, *ids: str, kind: str = "reply", **extra: object) -> dict:
+    return {"kind": kind, "text": text, "in_reply_to": list(ids), **extra}
+
+
+def _ack(text: str, *ids: str) -> dict:
+    return _reply(text, *ids, kind="ack")
 
 
 A = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 2"), Accepted("e3", "c", "three")]
+ANSWERED = [_reply("echo: one", "e1"), _reply("slept 2", "e2"), _reply("echo: three", "e3")]
 
 
-class TestReconcile:
-    """Lost, duplicated, out-of-order and continued answers are told apart."""
+class TestFinal:
+    """Which rows end what they answer."""
 
-    def test_every_message_answered_once_in_order(self):
-        rows = [_reply("echo: one", "e1"), {"kind": "notice", "text": "Queued", "in_reply_to": ["e2"]},
-                _reply("slept 2", "e2"), _reply("echo: three", "e3")]
+    def test_kinds(self):
+        assert is_final({"kind": "reply"}) and is_final({"kind": "recovered"})
+        assert is_final({"kind": "notice"}) and not is_final({"kind": "ack"})
+
+    def test_the_flag_wins(self):
+        assert not is_final({"kind": "notice", "final": False})
+        assert is_final({"kind": "ack", "final": True})
+        assert not is_final({"kind": "reply", "final": 0})  # a store's boolean
+
+
+class TestVerdict:
+    """Lost, duplicated and unnamed, by event id only."""
+
+    def test_every_message_answered_once(self):
+        verdict = reconcile(A, {"c": ANSWERED})
+        assert verdict.ok and verdict.answered == 3 and verdict.accepted == 3
+        assert verdict.line().startswith("3 accepted, 3 answered: 0 lost, 0 duplicated, "
+                                         "0 unnamed")
+
+    def test_the_store_shape_of_in_reply_to(self):
+        rows = [{"kind": "reply", "text": "echo: one\necho: three", "in_reply_to": "e1 e3"},
+                {"kind": "reply", "text": "slept 2", "in_reply_to": "e2"}]
         verdict = reconcile(A, {"c": rows})
-        assert verdict.ok and verdict.answered == 3
-
-    def test_a_notice_answers_nothing(self):
-        verdict = reconcile(A[:1], {"c": [{"kind": "notice", "text": "x", "in_reply_to": ["e1"]}]})
-        assert verdict.lost == ["e1"]
-
-    def test_a_continuation_answers_the_interrupted_message(self):
-        rows = [_reply("echo: one", "e1"), _reply("resumed: sleep 2", "w1"),
-                _reply("echo: three", "e3")]
-        verdict = reconcile(A, {"c": rows})
-        assert verdict.ok and verdict.continued == ["e2"]
-
-    def test_a_continuation_riding_on_a_waiting_message(self):
-        rows = [_reply("echo: one", "e1"), _reply("resumed: sleep 2\necho: three", "e3")]
-        verdict = reconcile(A, {"c": rows})
-        assert verdict.ok and verdict.continued == ["e2"]
-
-    def test_an_answer_and_a_continuation_of_one_message_is_a_duplicate(self):
-        rows = [_reply("echo: one", "e1"), _reply("slept 2", "e2"),
-                _reply("resumed: sleep 2", "w1"), _reply("echo: three", "e3")]
-        assert reconcile(A, {"c": rows}).duplicated == {"e2": 2}
-
-    def test_two_plain_replies_are_a_duplicate(self):
-        rows = [_reply("echo: one", "e1"), _reply("echo: one", "e1")]
-        assert reconcile(A[:1], {"c": rows}).duplicated == {"e1": 2}
-
-    def test_a_prefixed_redelivery_is_counted_apart(self):
-        rows = [_reply("echo: one", "e1"), _reply(RECOVERED_PREFIX + "echo: one", "e1")]
-        verdict = reconcile(A[:1], {"c": rows})
-        assert verdict.ok and verdict.redelivered == ["e1"]
-
-    def test_out_of_order(self):
-        rows = [_reply("echo: three", "e3"), _reply("echo: one", "e1"), _reply("slept 2", "e2")]
-        assert reconcile(A, {"c": rows}).out_of_order == ["c"]
+        assert verdict.lost == [] and verdict.answered == 3
+        assert verdict.out_of_order == ["c"]  # e2 answered after e3
 
     def test_lost(self):
         verdict = reconcile(A, {"c": [_reply("echo: one", "e1")]})
         assert verdict.lost == ["e2", "e3"] and not verdict.ok
-        assert verdict.line().startswith("1 answered, 2 lost, 0 duplicated")
+        assert "2 lost, 0 duplicated, 0 unnamed" in verdict.line()
+
+    def test_texts_answer_nothing(self):
+        # the old heuristics: a continuation naming an internal event, by its text
+        rows = [_reply("echo: one", "e1"), _reply("resumed: sleep 2", "w1"),
+                _reply("echo: three", "e3")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.lost == ["e2"] and len(verdict.unnamed) == 1
+        assert verdict.unnamed[0]["in_reply_to"] == ["w1"]
+
+    def test_duplicated_by_two_finals(self):
+        rows = [*ANSWERED, _reply("slept 2 again", "e2")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.duplicated == {"e2": 2} and verdict.answered == 2
+        assert verdict.duplicates == 1 and not verdict.ok
+        assert "0 lost, 1 duplicated, 0 unnamed" in verdict.line()
+
+    def test_a_failure_notice_and_a_reply_are_two_finals(self):
+        failed = _reply(FAILED_NOTICE.format("RuntimeError"), "e2", kind="notice")
+        verdict = reconcile(A, {"c": [*ANSWERED, failed]})
+        assert verdict.duplicated == {"e2": 2}
+
+    def test_a_merged_answer_and_a_reply_of_its_own(self):
+        rows = [_reply("echo: one", "e1"), _reply("slept 2\necho: three", "e2", "e3"),
+                _reply("echo: three", "e3")]
+        assert reconcile(A, {"c": rows}).duplicated == {"e3": 2}
+
+    def test_the_same_text_twice(self):
+        rows = [*ANSWERED, _reply("echo: three", "e3")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.duplicated == {"e3": 2}
+        assert verdict.repeated == [Answer("c", "echo: three", ("e3",), 2)]
+        assert verdict.duplicates == 1  # one duplication, seen both ways
+
+    def test_the_same_unnamed_text_twice_is_a_duplicate_too(self):
+        rows = [*ANSWERED, _reply("hello", "w1"), _reply(RECOVERED_PREFIX + "hello", "w1")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.duplicated == {} and verdict.duplicates == 1
+        assert len(verdict.unnamed) == 2
+        assert "0 lost, 1 duplicated, 2 unnamed" in verdict.line()
+
+    def test_the_same_text_in_another_chat_or_for_other_ids_is_not(self):
+        sent = [*A, Accepted("e4", "d", "one"), Accepted("e5", "c", "one")]
+        rows = {"c": [*ANSWERED, _reply("echo: one", "e5")], "d": [_reply("echo: one", "e4")]}
+        verdict = reconcile(sent, rows)
+        assert verdict.ok and verdict.repeated == [] and verdict.answered == 5
+
+    def test_the_recovered_prefix_is_stripped(self):
+        rows = [*ANSWERED, _reply(RECOVERED_PREFIX + "echo: three", "e3", kind="recovered")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.duplicated == {"e3": 2}
+        assert verdict.repeated == [Answer("c", "echo: three", ("e3",), 2)]
+        assert verdict.redelivered == ["e3"]
+
+    def test_a_recovered_reply_alone_is_the_one_final(self):
+        rows = [*ANSWERED[:2], _reply(RECOVERED_PREFIX + "echo: three", "e3", kind="recovered")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.ok and verdict.redelivered == ["e3"]
+
+    def test_unnamed(self):
+        rows = [*ANSWERED, _reply("a notice to nobody"), _reply("echo: hi", "w9")]
+        verdict = reconcile(A, {"c": rows})
+        assert [r["text"] for r in verdict.unnamed] == ["a notice to nobody", "echo: hi"]
+        assert not verdict.ok and "0 lost, 0 duplicated, 2 unnamed" in verdict.line()
+
+    def test_unnamed_rows_the_scenario_expects(self):
+        rows = [*ANSWERED, _reply("a notice to nobody"), _reply("echo: hi", "w9")]
+        verdict = reconcile(A, {"c": rows}, expected_unnamed=names_some_event)
+        assert [r["text"] for r in verdict.unnamed] == ["a notice to nobody"]
+
+    def test_unnamed_in_a_chat_nothing_was_sent_to(self):
+        verdict = reconcile(A, {"c": ANSWERED, "x": [_reply("stray")]})
+        assert len(verdict.unnamed) == 1
+
+    def test_acks_are_not_final(self):
+        rows = [_reply("echo: one", "e1"), _ack("Queued for the next turn.", "e2"),
+                _ack("⚡ Interrupting the current turn.", "e3")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.lost == ["e2", "e3"] and verdict.acks == 2
+        assert verdict.unnamed == []
+
+    def test_acks_and_their_answers(self):
+        rows = [_reply("echo: one", "e1"), _ack("Queued for the next turn.", "e2"),
+                _ack("Queued for the next turn.", "e3"), *ANSWERED[1:]]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.ok and verdict.acks == 2 and verdict.repeated == []
+
+    def test_a_notice_flagged_not_final(self):
+        rows = [*ANSWERED[:2], _reply("Queued for the next turn.", "e3", kind="notice",
+                                      final=False)]
+        assert reconcile(A, {"c": rows}).lost == ["e3"]
+
+    def test_a_notice_is_a_final_answer(self):
+        rows = [*ANSWERED[:2], _reply("Session status: ...", "e3", kind="notice")]
+        assert reconcile(A, {"c": rows}).ok
+
+    def test_duplicate_posts_are_one_message(self):
+        # a retried POST answered 200 {"duplicate": true} with the first one's id
+        sent = [*A, Accepted("e2", "c", "sleep 2")]
+        verdict = reconcile(sent, {"c": ANSWERED})
+        assert verdict.ok and verdict.accepted == 3 and verdict.answered == 3
+        assert verdict.duplicate_posts == 1
+        assert reconcile(sent, {"c": ANSWERED[:2]}).lost == ["e3"]
+
+    def test_out_of_order(self):
+        rows = [ANSWERED[2], ANSWERED[0], ANSWERED[1]]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.out_of_order == ["c"] and not verdict.ok
+        assert verdict.lost == [] and verdict.duplicates == 0
+
+    def test_misrouted(self):
+        verdict = reconcile(A, {"c": ANSWERED[:2], "d": ANSWERED[2:]})
+        assert verdict.misrouted == ["e3"] and verdict.lost == [] and not verdict.ok
+
+    def test_continued_is_a_label(self):
+        note = resume_note("restart_interrupted")
+        rows = [_reply("echo: one", "e1"), _reply(f"resumed: {note}\n\nthree", "e2", "e3")]
+        verdict = reconcile(A, {"c": rows})
+        assert verdict.ok and verdict.continued == ["e2", "e3"]
 
 
 KEY = "agent:main:webhook:dm:c"
@@ -96,16 +211,21 @@ def _evidence(*, consumed_at=150.0, reason="turn", end_reason="suspended", ended
 
 
 class TestSuspendedNotLost:
-    """An unanswered message counts as suspended only on the database's evidence that its
-    session was suspended while it was the interrupted turn; anything else stays lost."""
+    """A message no final names counts as suspended only on the database's evidence that
+    its session was suspended while it was the interrupted turn; else it stays lost."""
 
     rows = [_reply("echo: one", "e1"), _reply("echo: three", "e3")]
 
     def test_the_interrupted_turn_of_a_suspended_session(self):
         verdict = reconcile(A, {"c": self.rows}, _evidence())
         assert verdict.suspended == ["e2"] and verdict.lost == [] and verdict.ok
-        assert verdict.line() == ("2 answered, 0 lost, 0 duplicated, 0 out of order, "
-                                  "0 continued, 0 redelivered, 1 suspended")
+        assert "0 lost, 0 duplicated, 0 unnamed" in verdict.line()
+        assert "1 suspended" in verdict.line()
+
+    def test_a_suspension_notice_naming_it_answers_it(self):
+        notice = _reply("Session suspended ...", "e2", kind="notice")
+        verdict = reconcile(A, {"c": [self.rows[0], notice, self.rows[1]]}, _evidence())
+        assert verdict.ok and verdict.suspended == [] and verdict.answered == 3
 
     def test_without_evidence_it_is_lost(self):
         verdict = reconcile(A, {"c": self.rows})
@@ -161,125 +281,9 @@ class TestSuspendedNotLost:
         evidence = _evidence(key="agent:main:webhook:dm:other")
         assert reconcile(A, {"c": self.rows}, evidence).lost == ["e2"]
 
-    def test_a_failed_turn_is_not_interrupted(self):
-        failed = {"kind": "notice", "in_reply_to": ["e2"],
-                  "text": FAILED_NOTICE.format("RuntimeError")}
-        rows = [self.rows[0], failed, self.rows[1]]
-        assert reconcile(A, {"c": rows}, _evidence()).lost == ["e2"]
-
     def test_a_message_never_consumed_stays_lost(self):
         verdict = reconcile(A, {"c": [_reply("echo: one", "e1")]}, _evidence())
         assert verdict.suspended == ["e2"] and verdict.lost == ["e3"]
-
-
-def _continue(history: list[tuple[str, str]], waiting: str | None = None) -> str:
-    """What the scripted agent answers an auto-continue turn whose session's transcript
-    holds the user messages ``history`` (the last one: the interrupted turn's), with the
-    note riding on ``waiting`` when a message was waiting (§7 step 6)."""
-    note = resume_note("restart_interrupted")
-    message = f"{note}\n\n{waiting}" if waiting else note
-    request = TurnRequest(session_key=KEY, session_id="s1", message=message,
-                          history=[{"role": r, "content": c} for r, c in history],
-                          internal=waiting is None)
-    reply = ScriptedAgent().run_turn(request).reply
-    assert reply is not None
-    return reply
-
-
-class TestContinuationChains:
-    """A continuation interrupted in its turn and continued again: the scripted agent
-    answers ``resumed: <the interrupted continuation's message>``, i.e. the note (and the
-    message it rode on); the chain answers its first message and every one it carried."""
-
-    NOTE = resume_note("restart_interrupted")
-
-    sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 5"),
-            Accepted("e3", "c", "m3"), Accepted("e4", "c", "m4")]
-
-    def test_a_continuation_that_rode_on_a_message_is_continued_again(self):
-        # 'sleep 5' interrupted (crash); next boot the note rides on the waiting 'm3',
-        # interrupted too (crash); the next boot continues that turn: nothing waits
-        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
-                           ("user", self.NOTE + "\n\nm3")])
-        assert reply == "resumed: " + self.NOTE + "\n\nm3"
-        rows = [_reply("echo: one", "e1"), _reply(reply, "w3"), _reply("echo: m4", "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.lost == [] and verdict.ok, verdict.line()
-        assert sorted(verdict.continued) == ["e2", "e3"] and verdict.answered == 4
-
-    def test_a_bare_continuation_continued_again(self):
-        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
-                           ("user", self.NOTE)])
-        rows = [_reply("echo: one", "e1"), _reply(reply, "w3"), _reply("echo: m3", "e3"),
-                _reply("echo: m4", "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.ok and verdict.continued == ["e2"], verdict.line()
-
-    def test_the_chain_continued_with_another_message_riding(self):
-        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 5"),
-                           ("user", self.NOTE + "\n\nm3")], waiting="m4")
-        assert reply.endswith("\n\nm3\necho: m4")
-        rows = [_reply("echo: one", "e1"), _reply(reply, "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.ok and sorted(verdict.continued) == ["e2", "e3"], verdict.line()
-
-    def test_a_real_loss_before_the_chain_stays_lost(self):
-        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
-        rows = [_reply(reply, "w2"), _reply("echo: m3", "e3"), _reply("echo: m4", "e4")]
-        verdict = reconcile(self.sent, {"c": rows})  # 'one' was never answered
-        assert verdict.lost == ["e1"] and verdict.continued == ["e2"], verdict.line()
-
-    def test_a_chain_continuing_an_answered_message_is_a_duplicate(self):
-        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
-        rows = [_reply("echo: one", "e1"), _reply("slept 5", "e2"), _reply(reply, "w2"),
-                _reply("echo: m3", "e3"), _reply("echo: m4", "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.duplicated == {"e2": 2} and not verdict.ok, verdict.line()
-
-    def test_a_redelivered_chain_answers_what_the_chain_answered(self):
-        reply = _continue([("user", "sleep 5"), ("user", self.NOTE)])
-        sent = [Accepted("e2", "c", "sleep 5"), Accepted("e3", "c", "m3"),
-                Accepted("e4", "c", "m4"), Accepted("e5", "c", "m5")]
-        rows = [_reply(reply, "w2"), _reply("echo: m3", "e3"),
-                _reply(RECOVERED_PREFIX + reply, "w2"),
-                _reply("echo: m5", "e5")]  # 'm4' was never answered
-        verdict = reconcile(sent, {"c": rows})
-        assert verdict.lost == ["e4"] and verdict.redelivered == ["e2"], verdict.line()
-        rows[2] = rows[0]  # the chain sent twice
-        assert reconcile(sent, {"c": rows}).duplicated == {"e2": 2}
-
-
-class TestMergedContinuations:
-    """Follow-ups merged into one turn (``busy_input_mode: interrupt``, or messages replayed
-    after a restart) are one user message, their texts a line each: a continuation of that
-    turn answers every one of them."""
-
-    sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 5"),
-            Accepted("e3", "c", "sleep 6"), Accepted("e4", "c", "m4")]
-
-    def test_a_merged_turn_continued(self):
-        reply = _continue([("user", "one"), ("assistant", "echo: one"),
-                           ("user", "sleep 5\nsleep 6")])
-        assert reply == "resumed: sleep 5\nsleep 6"
-        rows = [_reply("echo: one", "e1"), _reply(reply, "w1"), _reply("echo: m4", "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.ok and verdict.continued == ["e2", "e3"], verdict.line()
-
-    def test_a_merged_turn_continued_with_a_message_riding(self):
-        reply = _continue([("user", "one"), ("assistant", "echo: one"),
-                           ("user", "sleep 5\nsleep 6")], waiting="m4")
-        rows = [_reply("echo: one", "e1"), _reply(reply, "e4")]
-        verdict = reconcile(self.sent, {"c": rows})
-        assert verdict.ok and verdict.continued == ["e2", "e3"], verdict.line()
-
-    def test_a_continuation_that_rode_on_merged_messages_continued_again(self):
-        note = resume_note("restart_interrupted")
-        reply = _continue([("user", "one"), ("assistant", "echo: one"), ("user", "sleep 4"),
-                           ("user", note + "\n\nsleep 5\nsleep 6")])
-        sent = [*self.sent[:1], Accepted("e0", "c", "sleep 4"), *self.sent[1:]]
-        rows = [_reply("echo: one", "e1"), _reply(reply, "w1"), _reply("echo: m4", "e4")]
-        verdict = reconcile(sent, {"c": rows})
-        assert verdict.ok and sorted(verdict.continued) == ["e0", "e2", "e3"], verdict.line()
 
     def test_merged_messages_of_a_suspended_turn_are_suspended(self):
         sent = [Accepted("e1", "c", "one"), Accepted("e2", "c", "sleep 2"),

@@ -1,7 +1,7 @@
 """The harness of the cluster's process tests and of ``scripts/cluster_soak.py``: real
 ``hermes-actors run`` nodes on one PostgreSQL database, a client that posts to random live
 nodes and records what they acknowledged, and the reconciliation of that record against
-the outbox (:func:`hermes_actors.testing.reconcile.reconcile`).
+the outbox by event id (:func:`hermes_actors.testing.reconcile.reconcile`).
 
 What it waits on is what the database says (turn markers, lease owners, the outbox), asked
 every 50 ms until a deadline; nothing sleeps for a guessed time.
@@ -166,19 +166,22 @@ class Cluster:
         return rows[0][0]
 
     def outbox(self, chat: str) -> list[dict]:
-        """The chat's outbox, read from the database in cursor order."""
-        rows = _sql(self.dsn, "SELECT kind, text, in_reply_to FROM outbox WHERE chat_id = %s"
-                    " ORDER BY cursor", (chat,))
-        return [{"kind": k, "text": t, "in_reply_to": (r or "").split()} for k, t, r in rows]
+        """The chat's outbox, read from the database in cursor order (every column, so a
+        ``final`` flag is there when the table has one; ``in_reply_to`` as a list)."""
+        rows = self._rows("SELECT * FROM outbox WHERE chat_id = %s ORDER BY cursor", (chat,))
+        return [{**row, "in_reply_to": (row.get("in_reply_to") or "").split()}
+                for row in rows]
 
     def settled(self) -> bool:
-        """Every acknowledged message answered, or its session suspended by the stuck-loop
-        guard while it was the interrupted turn (or the verdict will say why not)."""
+        """Every acknowledged message named by a final message, or its session suspended by
+        the stuck-loop guard while it was the interrupted turn (or the verdict will say why
+        not)."""
         return not self.verdict().lost
 
     def verdict(self) -> Verdict:
-        """The reconciliation of every acknowledged message, with the database's evidence
-        on the unanswered ones (:func:`~hermes_actors.testing.reconcile.reconcile`)."""
+        """The reconciliation of every acknowledged message by event id (lost, duplicated,
+        unnamed), with the database's evidence on those no final message names
+        (:func:`~hermes_actors.testing.reconcile.reconcile`)."""
         outbox = {c: self.outbox(c) for c in CHATS}
         verdict = reconcile(self.accepted, outbox)
         if not verdict.lost:
@@ -221,10 +224,11 @@ class Cluster:
         return theirs
 
     def wait_settled(self, timeout: float = 60) -> None:
-        """Until every acknowledged message is answered; else fail saying which are not,
-        with the leases and the nodes' last log lines."""
+        """Until a final message names every acknowledged message; else fail saying which
+        are not, with the leases and the nodes' last log lines."""
         try:
-            until(self.settled, "every acknowledged message answered", timeout=timeout)
+            until(self.settled, "every acknowledged message answered (by id)",
+                  timeout=timeout)
         except AssertionError:
             verdict = self.verdict()
             lost = [(m.chat, m.text, m.event_id) for m in self.accepted
@@ -234,7 +238,8 @@ class Cluster:
                                  f"{self.ids}; logs: {logs}") from None
 
     def judged(self) -> Verdict:
-        """Once every acknowledged message is answered: the verdict, which must be ok."""
+        """Once every acknowledged message is answered: the verdict, which must be ok
+        (0 lost, 0 duplicated, 0 unnamed, in order per chat)."""
         self.wait_settled()
         verdict = self.verdict()
         print("verdict:", verdict.line())
@@ -243,9 +248,10 @@ class Cluster:
 
     def _explain(self, verdict: Verdict) -> dict[str, object]:
         """The messages and outbox rows of the chats a verdict complains about."""
-        wrong = set(verdict.lost) | set(verdict.duplicated)
+        wrong = set(verdict.lost) | set(verdict.duplicated) | set(verdict.misrouted)
         chats = {m.chat for m in self.accepted if m.event_id in wrong}
-        chats |= set(verdict.out_of_order)
+        chats |= set(verdict.out_of_order) | {answer.chat for answer in verdict.repeated}
+        chats |= {str(row.get("chat_id")) for row in verdict.unnamed if row.get("chat_id")}
         out: dict[str, object] = {
             chat: {"shard": shard_of(_key(chat), SHARDS),
                    "sent": [(m.event_id, m.text) for m in self.accepted if m.chat == chat],

@@ -60,8 +60,8 @@ class TestKillMidTurn:
 
 
 class TestContinuationInterruptedAgain:
-    """A continuation killed in its turn too is continued once more; the reconciliation
-    counts the chain's messages answered, not lost."""
+    """A continuation killed in its turn too is continued once more; its final reply names
+    both messages of the chain (the reconciliation is by event id)."""
 
     def test_a_chain_of_two_kills_answers_both_messages(self, spawn):
         config = {"busy_input_mode": "queue"}
@@ -80,10 +80,12 @@ class TestContinuationInterruptedAgain:
         assert third.sent() == ["resumed: " + note + "\n\nsleep 61"]
         third.stop()
         rows = [{"kind": row["kind"], "text": row["content"],
-                 "in_reply_to": row["in_reply_to"]}
+                 "in_reply_to": row["in_reply_to"],
+                 **({"final": row["final"]} if "final" in row else {})}
                 for row in db_rows(third.home, "deliveries", config=third.config)]
         verdict = reconcile(sent, {"42": rows}, evidence(third))
         assert verdict.ok and verdict.lost == [], verdict.line()
+        # by event id: the continuation of the continuation names both messages
         assert sorted(verdict.continued) == sorted(m.event_id for m in sent)
 
 

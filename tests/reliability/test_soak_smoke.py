@@ -1,4 +1,5 @@
-"""The soak script, briefly: real process, real restarts, every accepted message reconciled."""
+"""The soak script, briefly: real process, real restarts, every accepted message reconciled
+by event id."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 @pytest.mark.slow
 def test_short_soak_loses_and_duplicates_nothing(tmp_path):
-    """A 15-second soak with restarts every few seconds ends with 0 lost, 0 duplicated."""
+    """A 15-second soak with restarts every few seconds ends with 0 lost, 0 duplicated,
+    0 unnamed (by event id)."""
     out = tmp_path / "soak.json"
     proc = subprocess.run(
         [sys.executable, str(SOAK), "--minutes", "0.25", "--chats", "4", "--seed", "7",
@@ -25,5 +27,5 @@ def test_short_soak_loses_and_duplicates_nothing(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["messages"] > 0 and result["restarts"] >= 2
-    assert result["lost"] == 0 and result["duplicated"] == 0
+    assert result["lost"] == 0 and result["duplicated"] == 0 and result["unnamed"] == 0
     assert proc.stdout.strip().splitlines()[-1].startswith(f"soak: {result['messages']} messages")
