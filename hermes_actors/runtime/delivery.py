@@ -198,7 +198,7 @@ class Delivery:
             return False
         if not owed.claimed and not self._store.ledger_claim(owed.id):
             return False
-        outgoing = Outgoing(target, text, owed.kind, owed.in_reply_to)
+        outgoing = Outgoing(target, text, owed.kind, owed.in_reply_to, owed.id)
         tries = 1
         while True:
             result = self._send(adapter, outgoing)
@@ -215,7 +215,7 @@ class Delivery:
                 return False  # abandoned: its attempts are used up
             tries += 1
             outgoing = outgoing._replace(text=result.unsent or outgoing.text)
-        if owed.id is not None:
+        if owed.id is not None and not result.recorded:  # (the outbox commits its own)
             self._finish(owed.id, result)
         return result.success
 
@@ -259,8 +259,9 @@ class Delivery:
                 for oid, adapter, outgoing in chunk:
                     if oid not in claimed:
                         continue
-                    result = self._send(adapter, outgoing)
-                    self._finish(oid, result, settling)
+                    result = self._send(adapter, outgoing._replace(obligation_id=oid))
+                    if not result.recorded:
+                        self._finish(oid, result, settling)
                     if result.success:
                         delivered.append(oid)
             finally:

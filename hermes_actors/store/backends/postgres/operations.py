@@ -165,6 +165,16 @@ _OUTBOX_APPEND = (
     "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
     " in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
 )
+#: An outbox append that ends a ledger row's attempt (``OutboxAppend.obligation_id``), one
+#: statement: the row is ``delivered`` only while this sender holds its claim, and the
+#: append takes its values from that update's row, so it follows only then (no cursor).
+_OUTBOX_DELIVERED = (
+    "WITH d AS (UPDATE deliveries SET state = 'delivered', last_error = NULL, updated_at = %s"
+    " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
+    " AND owner_boot = %s RETURNING 1)"
+    " INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
+    " in_reply_to) SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM d RETURNING cursor"
+)
 _OUTBOX_PRUNE = "DELETE FROM outbox WHERE created_at < %s"
 _PUT_NODE_VALUE = (
     "INSERT INTO node_state (node_id, name, value) VALUES (%s, %s, %s)"
@@ -199,6 +209,10 @@ def _claimed(result: Result) -> bool:
 
 def _finished_delivered(result: Result) -> str | None:
     return "delivered" if result.rowcount else None
+
+
+def _first_int_or_none(result: Result) -> int | None:
+    return int(result.rows[0][0]) if result.rows else None
 
 
 def _first_row(result: Result) -> tuple[Any, ...] | None:
@@ -362,6 +376,11 @@ class PostgresOps:
     # -- outbox and node state --------------------------------------------------------------
 
     def _outbox_append(self, batch: Batch, op: OutboxAppend) -> Later:
+        if op.obligation_id is not None:
+            return batch.run(_OUTBOX_DELIVERED, (
+                op.created_at, op.obligation_id, op.owner_node, op.owner_boot,
+                op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
+                op.created_at, op.in_reply_to), _first_int_or_none)
         return batch.run(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id,
                                           op.thread_id, op.text, op.kind, op.created_at,
                                           op.in_reply_to), _first_int)
