@@ -16,6 +16,12 @@ from it), so a sweep or a later boot sends only the rest. A crash during the wai
 ``attempting`` row of a dead boot: redelivered once, prefixed. A refusal for good
 (``SendResult.permanent``: a bot blocked by the user) abandons the row at once: no sweep
 tries it again.
+
+An adapter that can commit the outcome with the send itself does (``Outgoing.obligation_id``
+in, ``SendResult.recorded`` out), and no outcome is recorded here: the durable outbox
+appends a reply and marks its row ``delivered`` in one transaction, so it is exactly once
+(and one commit cheaper). Every other platform is at least once: a crash between its send
+and the outcome's commit leaves an ``attempting`` row, sent again once, prefixed.
 """
 
 from __future__ import annotations
