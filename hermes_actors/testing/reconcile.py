@@ -8,7 +8,8 @@ which were answered more than once, and which chats were answered out of order.
 
 What answers a message:
 
-* a ``reply`` row whose ``in_reply_to`` names its event id;
+* an answer row (kind ``reply``, or ``recovered``: an answer sent again after an uncertain
+  attempt) whose ``in_reply_to`` names its event id;
 * a reply that *continues* it after a crash: the agents used by the tests answer an
   auto-continued turn with a line ``resumed: <the interrupted message's text>`` (the
   scripted agent does), and that answers the earliest unanswered message of the chat with
@@ -60,6 +61,7 @@ from dataclasses import dataclass, field
 from hermes_actors.model.timeutil import epoch, parse_timestamp
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.turn import FAILED_NOTICE
+from hermes_actors.store.ledger import REPLY_KINDS
 
 __all__ = ["RESUMED", "Accepted", "Consumed", "Evidence", "Suspended", "Verdict",
            "reconcile", "suspension_evidence"]
@@ -275,7 +277,7 @@ def _number(value: object) -> float | None:
 def _judge_chat(chat: str, messages: list[Accepted], rows: list[Mapping[str, object]],
                 verdict: Verdict) -> None:
     index = {m.event_id: i for i, m in enumerate(messages)}
-    replies = [row for row in rows if row.get("kind") == "reply"]
+    replies = [row for row in rows if row.get("kind") in REPLY_KINDS]
     # per reply row: the lowest message index it or a later reply names in in_reply_to
     # (a chain's first message was sent before those: see _chain_root)
     bounds: list[int] = []

@@ -58,6 +58,14 @@ class TestReconcile:
         verdict = reconcile(A[:1], {"c": rows})
         assert verdict.ok and verdict.redelivered == ["e1"]
 
+    def test_a_recovered_row_answers_and_its_copy_is_counted_apart(self):
+        # the sweep sends an answer again after an uncertain attempt as kind "recovered"
+        copy = {**_reply(RECOVERED_PREFIX + "echo: one", "e1"), "kind": "recovered"}
+        verdict = reconcile(A[:1], {"c": [copy]})  # (the outbox: the first never landed)
+        assert verdict.ok and verdict.answered == 1 and verdict.lost == []
+        verdict = reconcile(A[:1], {"c": [_reply("echo: one", "e1"), copy]})  # (Telegram)
+        assert verdict.ok and verdict.redelivered == ["e1"]
+
     def test_out_of_order(self):
         rows = [_reply("echo: three", "e3"), _reply("echo: one", "e1"), _reply("slept 2", "e2")]
         assert reconcile(A, {"c": rows}).out_of_order == ["c"]
