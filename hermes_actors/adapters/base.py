@@ -30,6 +30,11 @@ class SendResult:
     #: A refusal for good (Telegram's 403: the bot was blocked or removed from the chat):
     #: the obligation is abandoned at once and never sent again, not retried by sweeps.
     permanent: bool = False
+    #: The adapter committed the obligation's outcome itself, with the send (the durable
+    #: outbox appends a reply and marks its ledger row ``delivered`` in one transaction,
+    #: or appends nothing when the row is no longer this sender's): the gateway records
+    #: no outcome of its own for this attempt.
+    recorded: bool = False
 
 
 @runtime_checkable
@@ -53,10 +58,15 @@ class Outgoing(NamedTuple):
     target: SessionSource
     #: The text, as sent (a redelivery carries the recovered prefix).
     text: str
-    #: ``reply``, ``recovered`` or ``notice``.
+    #: One of the ledger's kinds (:data:`hermes_actors.store.ledger.KINDS`): ``reply``,
+    #: ``recovered``, ``notice``, ...
     kind: str
     #: The ids of the inbound events it answers (empty when unknown: a recovered reply).
     in_reply_to: tuple[str, ...] = ()
+    #: The delivery ledger's row it settles (``None``: not recorded, the ledger is off).
+    #: An adapter that can commit the outcome with the send itself (the durable outbox)
+    #: does so and answers with ``SendResult.recorded``.
+    obligation_id: str | None = None
 
 
 @runtime_checkable

@@ -80,9 +80,13 @@ class Outbox:
         return self._closed
 
     def append(self, target: SessionSource, text: str, kind: str = DEFAULT_KIND,
-               in_reply_to: tuple[str, ...] = ()) -> int:
+               in_reply_to: tuple[str, ...] = (), obligation_id: str | None = None,
+               ) -> int | None:
         """Store a reply to ``target``'s chat (answering the events ``in_reply_to``) and wake
-        its readers; returns the cursor."""
+        its readers; returns the cursor. With ``obligation_id`` (a reply the delivery
+        ledger owes, claimed by this gateway) the append and the ledger row's ``delivered``
+        are one transaction; ``None`` when the claim is not this gateway's (any more):
+        nothing was appended."""
         if self._closed:
             raise HermesActorsError("the outbox is closed")
         store = self.store
@@ -95,7 +99,10 @@ class Outbox:
             kind=kind,
             floor=self._high,
             in_reply_to=in_reply_to,
+            obligation_id=obligation_id,
         )
+        if cursor is None:
+            return None
         chat = (target.platform, target.chat_id)
         with self._cond:
             self._high = max(self._high, cursor)
@@ -190,11 +197,21 @@ class OutboxAdapter:
         return self.deliver(Outgoing(target, text, DEFAULT_KIND))
 
     def deliver(self, outgoing: Outgoing) -> SendResult:
-        """Append ``outgoing`` with its kind and the events it answers."""
+        """Append ``outgoing`` with its kind and the events it answers. A reply the ledger
+        owes (``outgoing.obligation_id``) is appended with its ledger row's ``delivered``,
+        in one transaction (exactly once): the result says the outcome is ``recorded``; an
+        append refused because the claim is not this gateway's is a failure, recorded too
+        (the row is left to the sender that holds it)."""
+        oid = outgoing.obligation_id
         try:
             cursor = self.outbox.append(outgoing.target, outgoing.text, outgoing.kind,
-                                        outgoing.in_reply_to)
+                                        outgoing.in_reply_to, oid)
         except Exception as exc:  # noqa: BLE001 - a failed append is a failed attempt
             log.warning("outbox append failed platform=%s error=%s", self.platform, exc)
             return SendResult(success=False, error=f"{type(exc).__name__}: {exc}")
-        return SendResult(success=True, message_id=str(cursor))
+        if cursor is None:
+            log.info("outbox append refused platform=%s obligation=%s reason=not_claimed",
+                     self.platform, oid)
+            return SendResult(success=False, error="the ledger row is not claimed by this "
+                              "gateway", recorded=True)
+        return SendResult(success=True, message_id=str(cursor), recorded=oid is not None)

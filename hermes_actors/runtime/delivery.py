@@ -16,6 +16,12 @@ from it), so a sweep or a later boot sends only the rest. A crash during the wai
 ``attempting`` row of a dead boot: redelivered once, prefixed. A refusal for good
 (``SendResult.permanent``: a bot blocked by the user) abandons the row at once: no sweep
 tries it again.
+
+An adapter that can commit the outcome with the send itself does (``Outgoing.obligation_id``
+in, ``SendResult.recorded`` out), and no outcome is recorded here: the durable outbox
+appends a reply and marks its row ``delivered`` in one transaction, so it is exactly once
+(and one commit cheaper). Every other platform is at least once: a crash between its send
+and the outcome's commit leaves an ``attempting`` row, sent again once, prefixed.
 """
 
 from __future__ import annotations
@@ -200,7 +206,7 @@ class Delivery:
             return False
         if not owed.claimed and not self._store.ledger_claim(owed.id):
             return False
-        outgoing = Outgoing(target, text, owed.kind, owed.in_reply_to)
+        outgoing = Outgoing(target, text, owed.kind, owed.in_reply_to, owed.id)
         tries = 1
         while True:
             result = self._send(adapter, outgoing)
@@ -217,7 +223,7 @@ class Delivery:
                 return False  # abandoned: its attempts are used up
             tries += 1
             outgoing = outgoing._replace(text=result.unsent or outgoing.text)
-        if owed.id is not None:
+        if owed.id is not None and not result.recorded:  # (the outbox commits its own)
             self._finish(owed.id, result)
         return result.success
 
@@ -261,8 +267,9 @@ class Delivery:
                 for oid, adapter, outgoing in chunk:
                     if oid not in claimed:
                         continue
-                    result = self._send(adapter, outgoing)
-                    self._finish(oid, result, settling)
+                    result = self._send(adapter, outgoing._replace(obligation_id=oid))
+                    if not result.recorded:
+                        self._finish(oid, result, settling)
                     if result.success:
                         delivered.append(oid)
             finally:

@@ -17,6 +17,7 @@ from hermes_actors.errors import UnknownPlatformError
 from hermes_actors.model.source import SessionSource
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
 from hermes_actors.runtime.recovery_rules import redelivery_answers_resume
+from hermes_actors.store import ledger
 
 __all__ = ["sweep_ledger"]
 
@@ -40,11 +41,15 @@ def sweep_ledger(store: Any, delivery: Any,
                                    thread_id=row["thread_id"])
         except (UnknownPlatformError, ValueError, TypeError):
             continue
-        uncertain = row["state"] in ("attempting", "failed") or row["kind"] == "recovered"
+        kind = row["kind"]
+        uncertain = row["state"] in ("attempting", "failed") or kind == "recovered"
         text = (RECOVERED_PREFIX + row["content"]) if uncertain else row["content"]
         answers = tuple((row.get("in_reply_to") or "").split())
-        batch.append((row["obligation_id"], Outgoing(target, text, row["kind"], answers)))
-        if row["kind"] in ("reply", "recovered"):
+        # an answer sent again after an uncertain attempt goes out as ``recovered`` (the
+        # events it answers kept); a notice stays a notice
+        batch.append((row["obligation_id"],
+                      Outgoing(target, text, ledger.redelivery_kind(kind, uncertain), answers)))
+        if kind in ledger.REPLY_KINDS:
             replies[row["obligation_id"]] = (row["session_key"], float(row["created_at"]))
     # claims, sends and outcomes batched: three commits for the whole sweep
     sent = delivery.attempt_many(batch)

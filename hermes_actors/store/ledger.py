@@ -26,10 +26,12 @@ __all__ = [
     "MAX_AGE_SECONDS",
     "MAX_ATTEMPTS",
     "OUTCOMES",
+    "REPLY_KINDS",
     "STATES",
     "claim_allowed",
     "finish_state",
     "obligation_id",
+    "redelivery_kind",
     "released_state",
 ]
 
@@ -39,6 +41,9 @@ __all__ = [
 KINDS = ("reply", "recovered", "notice", "ack")
 #: The kinds that are the final answer of every event they name (all but acknowledgements).
 FINAL_KINDS = frozenset({"reply", "recovered", "notice"})
+#: The kinds that are an agent's answer to a turn: redelivered after an uncertain attempt
+#: as ``recovered`` (:func:`redelivery_kind`); every other kind keeps its own.
+REPLY_KINDS = ("reply", "recovered")
 #: Every ledger state.
 STATES = ("pending", "attempting", "delivered", "failed", "abandoned")
 #: States a sender may claim (``attempting`` only when its owner is dead).
@@ -95,3 +100,11 @@ def finish_state(state: str, *, attempts: int, created_at: float, now: float) ->
     if state == "failed" and (attempts >= MAX_ATTEMPTS or now - created_at > MAX_AGE_SECONDS):
         return "abandoned"
     return state
+
+
+def redelivery_kind(kind: str, uncertain: bool) -> str:
+    """The kind a row of ``kind`` is sent with by a ledger sweep: ``recovered`` for an
+    answer (:data:`REPLY_KINDS`) whose earlier attempt is ``uncertain`` (an ``attempting``
+    or ``failed`` row, or one recovery recorded), so a reader of the durable outbox can
+    tell the recovered copy; any other row keeps its kind (a notice stays a notice)."""
+    return "recovered" if uncertain and kind in REPLY_KINDS else kind

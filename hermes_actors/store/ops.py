@@ -244,7 +244,15 @@ class LedgerPrune:
 @dataclass
 class OutboxAppend:
     """Append a reply to the outbox; returns its cursor. ``floor`` is the highest cursor the
-    caller has seen: a backend that numbers rows itself (degraded) continues above it."""
+    caller has seen: a backend that numbers rows itself (degraded) continues above it.
+
+    With an ``obligation_id`` the append is also the outcome of that ledger row's attempt
+    (the durable outbox is exactly once, §7): the row is appended only while the ledger row
+    is ``attempting`` for the sender ``owner_node``/``owner_boot``, and the same op marks
+    the ledger row ``delivered``; otherwise (another sender claimed it since, it is final,
+    unknown, or not claimed) nothing changes and the result is ``None``. So a crash leaves
+    either both (the row and ``delivered``) or neither (an ``attempting`` row, redelivered
+    by a sweep), and a sender that lost its claim appends nothing."""
 
     session_key: str
     platform: str
@@ -261,6 +269,11 @@ class OutboxAppend:
     #: every cursor a database handed out), and the backend's numbering continues above
     #: it; ``None``: the backend numbers it.
     cursor: int | None = None
+    #: The ledger row whose attempt this append ends (``None``: a plain append).
+    obligation_id: str | None = None
+    #: The sender that must hold that row's claim (with ``obligation_id``).
+    owner_node: str | None = None
+    owner_boot: str | None = None
 
 
 @dataclass

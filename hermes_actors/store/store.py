@@ -67,7 +67,7 @@ class SessionStore:
         self._inbox = Inbox(self._core)
         self._node = NodeRecords(self._core)
         self._ledger = DeliveryLedger(self._core, (self._node.node_id, self._node.boot_id))
-        self._outbox = OutboxRecords(self._core)
+        self._outbox = OutboxRecords(self._core, self._ledger.owner)
         # The turn path's delegations, bound to the parts that do the work (the methods of
         # the same names below document them; these instance attributes shadow them): each
         # was one Python frame more at every turn, ``ledger_record``'s passing a dozen
@@ -457,12 +457,17 @@ class SessionStore:
     # -- OutboxRecords -----------------------------------------------------------
     def outbox_append(self, *, session_key: str, platform: str, chat_id: str | None,
                       thread_id: str | None, text: str, kind: str, floor: int = 0,
-                      in_reply_to: tuple[str, ...] = ()) -> int:
+                      in_reply_to: tuple[str, ...] = (),
+                      obligation_id: str | None = None) -> int | None:
         """Append a reply for a chat; returns its cursor (greater than every earlier
-        one). ``in_reply_to`` names the inbound events it answers."""
+        one). ``in_reply_to`` names the inbound events it answers. With
+        ``obligation_id``, the append ends that ledger row's attempt as ``delivered`` in
+        the same transaction, and only while this sender holds its claim (else nothing
+        changes: ``None``)."""
         return self._outbox.outbox_append(
             session_key=session_key, platform=platform, chat_id=chat_id, thread_id=thread_id,
-            text=text, kind=kind, floor=floor, in_reply_to=in_reply_to
+            text=text, kind=kind, floor=floor, in_reply_to=in_reply_to,
+            obligation_id=obligation_id,
         )
 
     def outbox_read(self, platform: str, chat_id: str | None, after: int = 0,

@@ -180,6 +180,31 @@ class TestOpenFailure:
         healed.close()
         assert len(make_store().outbox_read("webhook", "42")) == 4  # imported once
 
+    def test_a_reply_appended_with_its_outcome_is_imported_once(self, make_store, home):
+        # The outbox's exactly-once append (the row and the ledger's delivered in one op)
+        # is journaled as that one op; the import decides it as degraded mode did.
+        _break_as_directory(home)
+        degraded = make_store()
+        oids = [degraded.ledger_record(session_key="k", platform="webhook", chat_id="42",
+                                       thread_id=None, content=text, kind="reply", token=text,
+                                       claim=True) for text in ("sent", "taken over")]
+        assert degraded.ledger_claim(oids[1], owner=("other-node", "other-boot"))
+        appended = [degraded.outbox_append(session_key="k", platform="webhook", chat_id="42",
+                                           thread_id=None, text=text, kind="reply",
+                                           obligation_id=oid)
+                    for text, oid in zip(("sent", "taken over"), oids, strict=True)]
+        assert appended[0] is not None and appended[1] is None
+        degraded.close()
+        (home / "state.db").rmdir()
+        healed = make_store()
+        assert not healed.degraded
+        assert [(r["cursor"], r["text"]) for r in healed.outbox_read("webhook", "42")] == [
+            (appended[0], "sent")]
+        states = {r["obligation_id"]: (r["state"], r["owner_node"])
+                  for r in healed.ledger_rows()}
+        assert states[oids[0]][0] == "delivered"
+        assert states[oids[1]] == ("attempting", "other-node")
+
     def test_a_retry_answered_in_degraded_mode_is_not_replayed_from_the_database(
             self, make_store, home):
         """A message accepted before the database failed (and never answered: a crash), sent

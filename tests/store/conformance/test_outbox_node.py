@@ -4,14 +4,97 @@ from __future__ import annotations
 
 import dataclasses
 
-from hermes_actors.store.ops import NodeValue, OutboxAppend, OutboxPrune, SetSessionRestarts
+import pytest
 
-from .ops import T0
+from hermes_actors.errors import StoreError
+from hermes_actors.store.ops import (
+    LedgerClaim,
+    LedgerFinish,
+    NodeValue,
+    OutboxAppend,
+    OutboxPrune,
+    SetSessionRestarts,
+)
+
+from .ops import T0, record
+
+OID = "o" * 24
 
 
 def append(chat: str = "42", text: str = "hi", at: float = T0, floor: int = 0,
            platform: str = "webhook") -> OutboxAppend:
     return OutboxAppend("k", platform, chat, None, text, "reply", at, floor, "e1")
+
+
+def delivered(oid: str = OID, node: str = "n1", boot: str = "b1", at: float = T0 + 1,
+              text: str = "hi") -> OutboxAppend:
+    """An append that ends ledger row ``oid``'s attempt by sender ``node``/``boot``."""
+    op = append(text=text, at=at)
+    op.obligation_id, op.owner_node, op.owner_boot = oid, node, boot
+    return op
+
+
+class _NotAnOp:
+    """Something no backend knows how to apply (fails the list it is in)."""
+
+
+class TestOutboxAppendEndsAnAttempt:
+    """An outbox append with its ledger row: the row and ``delivered`` in one transaction,
+    only while the sender holds the claim (the durable outbox is exactly once)."""
+
+    def _texts(self, backend) -> list[str]:
+        return [r["text"] for r in backend.outbox_read("webhook", "42", 0, 10)]
+
+    def _ledger(self, backend) -> tuple:
+        [row] = backend.ledger_rows()
+        return row["state"], row["owner_node"], row["owner_boot"]
+
+    def test_appended_and_delivered_together(self, backend):
+        backend.apply([record(), LedgerClaim(OID, "n1", "b1", T0)])
+        [cursor] = backend.apply([delivered()])
+        assert cursor is not None and cursor > 0
+        assert [(r["cursor"], r["text"], r["kind"]) for r in
+                backend.outbox_read("webhook", "42", 0, 10)] == [(cursor, "hi", "reply")]
+        [row] = backend.ledger_rows()
+        assert (row["state"], row["updated_at"], row["last_error"]) == (
+            "delivered", T0 + 1, None)
+        assert backend.apply([delivered()]) == [None]  # never a second row for it
+        assert self._texts(backend) == ["hi"]
+
+    def test_refused_when_another_sender_holds_the_claim(self, backend):
+        backend.apply([record(), LedgerClaim(OID, "n1", "b1", T0),
+                       LedgerClaim(OID, "n2", "b2", T0 + 1)])  # the shard moved on
+        assert backend.apply([delivered()]) == [None]
+        assert backend.apply([delivered(boot="b0")]) == [None]  # same node, other boot
+        assert self._texts(backend) == []
+        assert self._ledger(backend) == ("attempting", "n2", "b2")
+
+    def test_refused_when_not_claimed_final_or_unknown(self, backend):
+        backend.apply([record()])
+        assert backend.apply([delivered()]) == [None]  # pending: nobody's claim
+        assert self._ledger(backend) == ("pending", None, None)
+        backend.apply([LedgerClaim(OID, "n1", "b1", T0),
+                       LedgerFinish(OID, "failed", "x", T0, None, "n1", "b1")])
+        assert backend.apply([delivered()]) == [None]  # failed: not being attempted
+        assert backend.apply([delivered("z" * 24)]) == [None]
+        assert self._texts(backend) == []
+        assert self._ledger(backend)[0] == "failed"
+
+    def test_a_list_that_fails_leaves_neither(self, backend):
+        backend.apply([record(), LedgerClaim(OID, "n1", "b1", T0)])
+        with pytest.raises(StoreError):
+            backend.apply([delivered(), _NotAnOp()])
+        assert self._texts(backend) == []
+        assert self._ledger(backend) == ("attempting", "n1", "b1")
+        assert backend.apply([delivered()])[0] is not None  # and the claim still holds
+
+    def test_durability(self, opened):
+        opened.backend.apply([record(), record("p" * 24), LedgerClaim(OID, "n1", "b1", T0)])
+        opened.backend.apply([delivered(text="sent"), delivered("p" * 24, text="refused")])
+        again = opened.reopen()
+        assert self._texts(again) == ["sent"]
+        states = {r["obligation_id"]: r["state"] for r in again.ledger_rows()}
+        assert states == {OID: "delivered", "p" * 24: "pending"}
 
 
 class TestOutbox:

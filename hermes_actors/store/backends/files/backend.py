@@ -276,6 +276,9 @@ class FilesBackend:
             return self._inbox.apply(op)
         if isinstance(op, _LEDGER_OPS):
             return self._ledger.apply(op)
+        if isinstance(op, OutboxAppend) and op.obligation_id is not None:
+            # the outcome of a ledger row's attempt: appended only while its claim holds
+            return self._outbox.apply(op) if self._ledger.delivered_by(op) else None
         if isinstance(op, (OutboxAppend, OutboxPrune)):
             return self._outbox.apply(op)
         return None

@@ -161,6 +161,17 @@ class MemoryLedger:
             del self.rows[key]
         return len(old)
 
+    def delivered_by(self, op: OutboxAppend) -> bool:
+        """An outbox append that ends its ledger row's attempt (``op.obligation_id``): the
+        row is marked ``delivered`` when it is ``attempting`` for ``op``'s sender, and
+        whether it was (the append goes ahead only then)."""
+        row = self.rows.get(op.obligation_id or "")
+        if row is None or (row["state"], row["owner_node"], row["owner_boot"]) != (
+                "attempting", op.owner_node, op.owner_boot):
+            return False
+        row.update(state="delivered", last_error=None, updated_at=op.created_at)
+        return True
+
     def select(self, states: tuple[str, ...] | None, session_key: str | None
                ) -> list[dict[str, Any]]:
         """Rows oldest first, optionally filtered (copies)."""

@@ -170,11 +170,31 @@ _OUTBOX_IMPORT = (
     "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
     " created_at, in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
 )
+#: :data:`_OUTBOX_IMPORT` of an append that ended a ledger row's attempt (as
+#: :data:`_OUTBOX_DELIVERED` decides it).
+_OUTBOX_DELIVERED_IMPORT = (
+    "WITH d AS (UPDATE deliveries SET state = 'delivered', last_error = NULL, updated_at = %s"
+    " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
+    " AND owner_boot = %s RETURNING 1)"
+    " INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
+    " created_at, in_reply_to) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM d"
+    " RETURNING cursor"
+)
 #: The identity's sequence moved past an imported cursor, never back (it is shared by the
 #: nodes of a cluster): later rows are numbered above it, as SQLite's AUTOINCREMENT does.
 _OUTBOX_PAST = (
     "SELECT setval(pg_get_serial_sequence('outbox', 'cursor'), %s) WHERE %s > COALESCE("
     "pg_sequence_last_value(pg_get_serial_sequence('outbox', 'cursor')::regclass), 0)"
+)
+#: An outbox append that ends a ledger row's attempt (``OutboxAppend.obligation_id``), one
+#: statement: the row is ``delivered`` only while this sender holds its claim, and the
+#: append takes its values from that update's row, so it follows only then (no cursor).
+_OUTBOX_DELIVERED = (
+    "WITH d AS (UPDATE deliveries SET state = 'delivered', last_error = NULL, updated_at = %s"
+    " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
+    " AND owner_boot = %s RETURNING 1)"
+    " INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
+    " in_reply_to) SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM d RETURNING cursor"
 )
 _OUTBOX_PRUNE = "DELETE FROM outbox WHERE created_at < %s"
 _PUT_NODE_VALUE = (
@@ -210,6 +230,10 @@ def _claimed(result: Result) -> bool:
 
 def _finished_delivered(result: Result) -> str | None:
     return "delivered" if result.rowcount else None
+
+
+def _first_int_or_none(result: Result) -> int | None:
+    return int(result.rows[0][0]) if result.rows else None
 
 
 def _first_row(result: Result) -> tuple[Any, ...] | None:
@@ -376,11 +400,21 @@ class PostgresOps:
         if op.cursor is not None:
             # degraded mode's row keeps the cursor its readers may have seen: drawn above the
             # clock, it is above every cursor here (files.memory.clock_floor)
-            later = batch.run(_OUTBOX_IMPORT, (
-                int(op.cursor), op.session_key, op.platform, op.chat_id, op.thread_id,
-                op.text, op.kind, op.created_at, op.in_reply_to), _first_int)
+            row = (int(op.cursor), op.session_key, op.platform, op.chat_id, op.thread_id,
+                   op.text, op.kind, op.created_at, op.in_reply_to)
+            if op.obligation_id is None:
+                later = batch.run(_OUTBOX_IMPORT, row, _first_int)
+            else:  # decided again as it was in degraded mode: only under the same claim
+                later = batch.run(_OUTBOX_DELIVERED_IMPORT, (
+                    op.created_at, op.obligation_id, op.owner_node, op.owner_boot, *row),
+                    _first_int_or_none)
             batch.add(_OUTBOX_PAST, (int(op.cursor), int(op.cursor)))
             return later
+        if op.obligation_id is not None:
+            return batch.run(_OUTBOX_DELIVERED, (
+                op.created_at, op.obligation_id, op.owner_node, op.owner_boot,
+                op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
+                op.created_at, op.in_reply_to), _first_int_or_none)
         return batch.run(_OUTBOX_APPEND, (op.session_key, op.platform, op.chat_id,
                                           op.thread_id, op.text, op.kind, op.created_at,
                                           op.in_reply_to), _first_int)

@@ -112,6 +112,12 @@ _OUTBOX_IMPORT = (
     "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
     " created_at, in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+#: An outbox append that ends a ledger row's attempt (``OutboxAppend.obligation_id``): the
+#: row is ``delivered`` only while this sender holds its claim; the append follows only then.
+_OUTBOX_DELIVERED = (
+    "UPDATE deliveries SET state = 'delivered', last_error = NULL, updated_at = ?"
+    " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
+)
 _ADD_TOKENS = (
     "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
     " WHERE id = ?"
@@ -375,7 +381,10 @@ class SqliteOps:
 
     # -- outbox and node state --------------------------------------------------------------
 
-    def _outbox_append(self, op: OutboxAppend) -> int:
+    def _outbox_append(self, op: OutboxAppend) -> int | None:
+        if op.obligation_id is not None and not self._db.execute_sql(_OUTBOX_DELIVERED, (
+                op.created_at, op.obligation_id, op.owner_node, op.owner_boot)).rowcount:
+            return None  # the claim is not this sender's (any more): nothing is appended
         if op.cursor is not None:
             # degraded mode's row keeps the cursor its readers may have seen: drawn above the
             # clock, it is above every cursor here (files.memory.clock_floor), and
