@@ -30,7 +30,6 @@ class Sender:
             [sys.executable, "-m", "hermes_actors", "send", "--wait", text, "--chat-id", CHAT,
              "--url", url, "--timeout", f"{timeout:g}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-        self.stdout = Stream(self.proc.stdout)
         self.stderr = Stream(self.proc.stderr)
 
     def finish(self, timeout: float = 120.0) -> tuple[int, str, str]:
@@ -40,8 +39,11 @@ class Sender:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-        time.sleep(0.1)  # (the pipes' last lines reach their readers)
-        return code, self.stdout.text(), self.stderr.text()
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        with pytest.raises(AssertionError, match="stream ended"):
+            self.stderr.expect("(?!)", timeout=30)  # read to its end
+        return code, out, self.stderr.text()
 
 
 def _running(gateway: GatewayProcess) -> None:
