@@ -125,7 +125,11 @@ SUBCOMMANDS: list[Subcommand] = [
                "second signal (either) ends the drain at once, a third exits at once with "
                "code 130."),
     Subcommand(("send",), "send a message to a running gateway", cmd_send, configure_send,
-               "POST the message to the gateway's HTTP API; with --wait, print the reply."),
+               "POST the message to the gateway's HTTP API; with --wait, print its final "
+               "answer (acknowledgements such as 'Queued for the next turn.' go to stderr), "
+               "waiting across a restart of the gateway. Exit 0 for a reply or the answer to "
+               "a command (/status, /new...), 1 for a notice refusing the message (the agent "
+               "failed, the turn was cancelled...) or no answer within --timeout."),
     Subcommand(("chat",), "interactive console session (embedded gateway)", cmd_chat,
                configure_chat, "Each line is a message on platform 'local'; /quit or "
                "end of input stops the gateway gracefully."),

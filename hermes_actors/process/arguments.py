@@ -113,9 +113,12 @@ def configure_send(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", help="bearer token (default: $HERMES_HTTP_TOKEN, or "
                         "http.token in the home's config.yaml)")
     parser.add_argument("--wait", action="store_true",
-                        help="wait for the reply and print it (exit 1 if none comes)")
+                        help="wait for the final answer and print it, across a restart of "
+                        "the gateway (exit 1 if none comes within --timeout, or it is a notice "
+                        "such as a failed turn)")
     parser.add_argument("--timeout", type=_wait_seconds, default=30.0,
-                        help=f"seconds --wait waits (default: 30, at most {MAX_WAIT})")
+                        help=f"seconds --wait waits, reconnecting included (default: 30, at "
+                        f"most {MAX_WAIT})")
 
 
 def configure_bench(parser: argparse.ArgumentParser) -> None:

@@ -5,11 +5,15 @@ standard library.
 stream (``GET /v1/stream``, from the outbox's current end), post the message, then read the
 stream. Only messages that answer the posted event (its id is in their ``in_reply_to``)
 count: a late reply to an earlier message of the same chat is skipped (``chat`` shows
-everything of its conversation). A ``reply``/``recovered`` ends the wait; a ``notice`` (an
-acknowledgement such as "Queued for the next turn.") is printed and the wait goes on, unless
-the session is idle by then, because then the notice was the whole answer (``/status``, a
-failure notice, a silenced turn); the outbox is then read once more (``GET /v1/outbox``), so
-an answer still on its way through the stream is not missed either.
+everything of its conversation). The wait ends with the event's *final* answer (see
+:func:`is_final`): an acknowledgement ("Queued for the next turn.") is not one.
+
+The wait keeps its word across a restart of the gateway within ``--timeout``: the stream
+reconnects from the last cursor it read (``Last-Event-ID`` and ``after=``), so an answer
+written while it was away is read on its return; a gateway that cannot be reached yet (or
+answers 5xx while it stops) is tried again with a short backoff until the deadline. The
+message is posted with a ``message_id`` of its own, so a post repeated because its answer was
+lost is accepted once.
 """
 
 from __future__ import annotations
@@ -19,19 +23,28 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_actors.model.commands import parse_command
 from hermes_actors.process.sse import StreamReader, StreamRefused, bearer_header
 
-__all__ = ["AnswerWaiter", "ClientError", "GatewayClient", "SendOptions", "is_refusal",
-           "readable_text", "send"]
+__all__ = ["ANSWER_KINDS", "AnswerWaiter", "ClientError", "GatewayClient", "SendOptions",
+           "SendResult", "is_final", "is_refusal", "readable_text", "send", "succeeded"]
 
-#: Kinds of outbox messages that answer a message (a ``notice`` may only acknowledge it).
+#: Kinds of outbox messages that answer a message (a ``notice`` may refuse or acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
-#: Seconds between checks whether the session went idle, once a notice arrived.
-_NOTICE_POLL = 1.0
+#: The texts of the acknowledgements of a gateway that does not mark its messages ``final``
+#: (``runtime.session_core.QUEUED_ACK`` and ``INTERRUPT_ACK``; the first may be followed by
+#: `` (N queued)``).
+LEGACY_ACKS = ("Queued for the next turn.", "⚡ Interrupting the current turn.")
+#: Pauses between attempts to reach the gateway, in seconds (the last one repeats); each is
+#: cut to the time left.
+RETRY_PAUSES = (0.1, 0.25, 0.5, 1.0, 2.0)
+#: The longest a post waits for its answer (seconds) before it counts as lost.
+POST_TIMEOUT = 10.0
 
 
 #: Client errors (4xx) that say "not now", not "wrong": the same request may succeed later
@@ -42,6 +55,36 @@ RETRY_LATER = frozenset({408, 429})
 def is_refusal(status: int) -> bool:
     """Whether an HTTP ``status`` refuses the request itself (a client mistake: exit 2)."""
     return 400 <= status < 500 and status not in RETRY_LATER
+
+
+def is_final(message: dict[str, Any]) -> bool:
+    """Whether an outbox message is the final answer of every event it names: its ``final``
+    flag; without one (a gateway older than the flag) anything but an acknowledgement (kind
+    ``ack``, or a ``notice`` with the text of one of :data:`LEGACY_ACKS`)."""
+    if "final" in message:
+        return bool(message["final"])
+    kind = message.get("kind")
+    if kind == "ack":
+        return False
+    text = str(message.get("text", ""))
+    return not (kind == "notice" and text.startswith(LEGACY_ACKS))
+
+
+def succeeded(text: str, answer: dict[str, Any]) -> bool:
+    """Whether ``answer``, the final answer to a message of ``text``, is a success (exit 0):
+    a reply (``reply``/``recovered``), or a notice answering a gateway command that is no
+    agent turn (``/status``, ``/new``, ``/stop``...). A notice answering anything else says it
+    was not answered: the agent failed, the turn was cancelled, the session suspended."""
+    if answer.get("kind") in ANSWER_KINDS:
+        return True
+    command = parse_command(text)
+    return command is not None and not command.becomes_turn
+
+
+def _retryable(exc: ClientError) -> bool:
+    """Whether a failed request may succeed if made again soon: no gateway answered (it is
+    restarting), it answered 5xx (it is stopping, its store is away) or 408."""
+    return exc.status is None or exc.status >= 500 or exc.status == 408
 
 
 def readable_text(text: str) -> str:
@@ -105,9 +148,10 @@ class GatewayClient:
             reason = getattr(exc, "reason", exc)
             raise ClientError(f"no gateway answered at {self.url} ({reason})") from None
 
-    def post_message(self, fields: dict[str, Any]) -> dict[str, Any]:
+    def post_message(self, fields: dict[str, Any], timeout: float = POST_TIMEOUT,
+                     ) -> dict[str, Any]:
         """``POST /v1/messages``: ``{"session_key", "event_id", "queue_depth"}``."""
-        return self.request("POST", "/v1/messages", body=fields)
+        return self.request("POST", "/v1/messages", body=fields, timeout=timeout)
 
     def outbox(self, chat_id: str, platform: str, after: int | str, wait: float = 0.0,
                ) -> dict[str, Any]:
@@ -145,95 +189,111 @@ class SendOptions:
     timeout: float = 30.0
 
 
-def send(client: GatewayClient, options: SendOptions,
-         out: Callable[[str], None] = print) -> bool:
-    """Post the message; with ``wait``, print the replies that follow it. Returns False when
-    ``wait`` was asked and no answer came within the timeout (:class:`ClientError` when a
-    request fails)."""
+@dataclass(frozen=True)
+class SendResult:
+    """What came of a ``send``: the gateway's acceptance and, with ``wait``, the final
+    answer (``None`` when none came within the timeout)."""
+
+    accepted: dict[str, Any]
+    answer: dict[str, Any] | None = None
+    #: Whether the message was answered as asked (exit 0): accepted (without ``wait``), or
+    #: answered by a reply or a command's notice (:func:`succeeded`).
+    ok: bool = True
+
+
+def send(client: GatewayClient, options: SendOptions, out: Callable[[str], None] = print,
+         note: Callable[[str], None] | None = None) -> SendResult:
+    """Post the message; with ``wait``, print (``out``) its final answer, once it came, and
+    its acknowledgements (``note``, when given) meanwhile. Raises :class:`ClientError` when a
+    request fails for good: refused (4xx), or, with ``wait``, no gateway could be reached in
+    the whole timeout."""
+    fields = {"chat_id": options.chat_id, "user_id": options.user_id,
+              "platform": options.platform, "text": readable_text(options.text)}
+    if not options.wait:
+        accepted = client.post_message(fields)
+        out(f"accepted session_key={accepted['session_key']} "
+            f"event_id={accepted['event_id']} queue_depth={accepted['queue_depth']}")
+        return SendResult(accepted)
+    deadline = time.monotonic() + options.timeout
+    # a repeated post (its answer lost to a restart) is then the same message, accepted once
+    fields["message_id"] = f"cli-{uuid.uuid4().hex}"
     # (a gateway that takes the connection and says nothing is given up within the wait)
-    stream = (client.stream(options.chat_id, options.platform, timeout=options.timeout)
-              if options.wait else None)
+    stream = _retrying(lambda left: client.stream(options.chat_id, options.platform,
+                                                  timeout=left), deadline)
     try:
-        accepted = client.post_message({
-            "chat_id": options.chat_id, "user_id": options.user_id,
-            "platform": options.platform, "text": readable_text(options.text),
-        })  # fmt: skip
-        if stream is None:
-            out(f"accepted session_key={accepted['session_key']} "
-                f"event_id={accepted['event_id']} queue_depth={accepted['queue_depth']}")
-            return True
-        waiter = AnswerWaiter(client, stream, options.chat_id, options.platform, out)
-        return waiter.wait(accepted["session_key"], accepted["event_id"], options.timeout)
+        accepted = _retrying(lambda left: client.post_message(fields, min(left, POST_TIMEOUT)),
+                             deadline)
+        waiter = AnswerWaiter(client, stream, options.chat_id, options.platform, out,
+                              note=note)
+        answer = waiter.wait(accepted["event_id"], deadline - time.monotonic())
     finally:
-        if stream is not None:
-            stream.close()
+        stream.close()
+    ok = answer is not None and succeeded(fields["text"], answer)
+    return SendResult(accepted, answer, ok)
+
+
+def _retrying(attempt: Callable[[float], Any], deadline: float) -> Any:
+    """``attempt(seconds_left)`` until it succeeds, again after each failure that may pass
+    (:func:`_retryable`) with a short pause, as long as time is left; then the last error."""
+    failures = 0
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return attempt(max(left, 0.001))
+        except ClientError as exc:
+            left = deadline - time.monotonic()
+            if not _retryable(exc) or left <= 0:
+                raise
+        time.sleep(min(RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)], left))
+        failures += 1
 
 
 class AnswerWaiter:
-    """Reads a conversation's stream until the answer to one posted event came.
+    """Reads a conversation's stream until the final answer to one posted event came.
 
-    With ``show_all`` every message of the conversation is printed (the console), else only
-    those answering the event. A message is printed once, however it was read.
+    With ``show_all`` every message of the conversation is printed (``out``: the console),
+    else only the final answer of the event (``out``) and its acknowledgements (``note``).
+    A message is printed once, however often it was read. The stream reconnects by itself,
+    from the last cursor it read, when its connection drops (a gateway restart).
     """
 
     def __init__(self, client: GatewayClient, stream: StreamReader, chat_id: str,
-                 platform: str, out: Callable[[str], None], *, show_all: bool = False) -> None:
+                 platform: str, out: Callable[[str], None], *, show_all: bool = False,
+                 note: Callable[[str], None] | None = None) -> None:
         self._client = client
         self._stream = stream
         self._chat_id = chat_id
         self._platform = platform
         self._out = out
+        self._note = note
         self._show_all = show_all
         self._printed: set[int] = set()
-        #: The last cursor taken from the stream (where a catch-up read starts).
-        self._cursor = stream.last_id or 0
 
-    def wait(self, key: str, event_id: str, timeout: float) -> bool:
-        """True once an answer to ``event_id`` came (or a notice, and the session is idle);
-        False when nothing answered it within ``timeout`` seconds."""
+    def wait(self, event_id: str, timeout: float) -> dict[str, Any] | None:
+        """The final answer to ``event_id`` (printed), or ``None`` when none came within
+        ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        noticed = False
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 and not noticed:
-                return False
-            wait = max(0.0, min(remaining, _NOTICE_POLL)) if noticed else remaining
-            message = self._stream.next(wait)
-            if message is not None:
-                self._cursor = max(self._cursor, int(message["cursor"]))
-            if message is None:
-                if noticed and (_idle(self._client, key) or remaining <= 0):
-                    # Idle now: whatever answers it is in the outbox already.
-                    return self._catch_up(event_id) or _idle(self._client, key)
-                continue
-            answered = self._show(message, event_id)
-            if answered is True:
-                return True
-            noticed = noticed or answered is False
+            if remaining <= 0:
+                return None
+            message = self._stream.next(remaining)
+            if message is not None and self._show(message, event_id):
+                return message
 
-    def _show(self, message: dict[str, Any], event_id: str) -> bool | None:
-        """Print ``message`` if it is to be shown; True: it answers ``event_id``, False: it
-        is a notice for it, None: it is about something else."""
+    def _show(self, message: dict[str, Any], event_id: str) -> bool:
+        """Print ``message`` if it is to be shown; True when it is the final answer to
+        ``event_id``."""
         mine = event_id in message.get("in_reply_to", ())
-        if message["cursor"] in self._printed or not (mine or self._show_all):
-            return None
-        self._printed.add(message["cursor"])
-        self._out(message["text"])
-        if not mine:
-            return None
-        return message["kind"] in ANSWER_KINDS
-
-    def _catch_up(self, event_id: str) -> bool:
-        page = self._client.outbox(self._chat_id, self._platform, self._cursor, 0.0)
-        return any(self._show(m, event_id) for m in page["messages"])
-
-
-def _idle(client: GatewayClient, key: str) -> bool:
-    try:
-        state = client.session(key)
-    except ClientError as exc:
-        return exc.status == 404  # a command answered before any session existed
-    return not state["running"] and not state["queue_depth"]
+        cursor = message["cursor"]
+        final = mine and is_final(message)
+        if cursor not in self._printed and (mine or self._show_all):
+            self._printed.add(cursor)
+            if final or self._show_all:
+                self._out(message["text"])
+            elif self._note is not None:
+                self._note(message["text"])
+        return final
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -90,7 +90,8 @@ def _remote_chat(args: argparse.Namespace) -> int:
 
 
 def send_command(args: argparse.Namespace) -> int:
-    """``send``: post one message to a running gateway; with ``--wait`` print the reply."""
+    """``send``: post one message to a running gateway; with ``--wait`` print its final
+    answer (its acknowledgements go to stderr meanwhile), across a restart of the gateway."""
     from hermes_actors.process.client import ClientError, GatewayClient, SendOptions, send
 
     http = _home_http_settings(resolve_home(args))
@@ -101,13 +102,16 @@ def send_command(args: argparse.Namespace) -> int:
     )
     try:
         client = GatewayClient(args.url or default_url(http), token)
-        answered = send(client, options, out=lambda text: print(text, flush=True))
+        result = send(client, options, out=lambda text: print(text, flush=True),
+                      note=lambda text: print(text, file=sys.stderr, flush=True))
     except ClientError as exc:
         if exc.refused:
             raise UsageError(str(exc)) from None
         raise CommandFailed(str(exc)) from None
-    if not answered:
+    if options.wait and result.answer is None:
         raise CommandFailed(f"no reply within {args.timeout:g}s")
+    if not result.ok:
+        raise CommandFailed("no reply: the gateway answered with the notice above")
     return 0
 
 

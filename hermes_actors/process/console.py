@@ -136,11 +136,11 @@ def remote_chat(client: Any, *, chat_id: str = "console", user_id: str | None = 
                 continue
             accepted = client.post_message({**fields, "text": text})
             try:
-                answered = waiter.wait(accepted["session_key"], accepted["event_id"], timeout)
+                answered = waiter.wait(accepted["event_id"], timeout)
             except KeyboardInterrupt:
                 client.post_message({**fields, "text": "/stop"})
                 continue
-            if not answered:
+            if answered is None:
                 stderr.write(f"(no reply within {timeout:g}s)\n")
     except KeyboardInterrupt:
         return 0

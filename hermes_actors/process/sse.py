@@ -5,8 +5,8 @@ The first connection is made in the caller's thread, up to the opening event, so
 (a wrong token, a full gateway: 401, 503) or an unreachable gateway is an error at once and,
 when it returns, the stream's starting cursor is fixed: nothing written after that is
 missed. A daemon thread then reads events into a queue; when the connection ends (the
-gateway stopped or restarted) it reconnects with ``Last-Event-ID`` set to the last id seen,
-so across a restart nothing is lost or repeated. :meth:`StreamReader.next` waits for the
+gateway stopped or restarted) it reconnects with ``Last-Event-ID`` (and ``after=``) set to
+the last id seen, so across a restart nothing is lost or repeated. :meth:`StreamReader.next` waits for the
 next message with a timeout, so callers never block on a socket.
 """
 
@@ -97,8 +97,8 @@ class StreamReader:
     def _connect(self, timeout: float | None = None) -> http.client.HTTPResponse:
         query = dict(self._query)
         headers = {"Accept": "text/event-stream"}
-        if self.last_id is not None:
-            headers["Last-Event-ID"] = str(self.last_id)
+        if self.last_id is not None:  # a reconnection: on from the last cursor read
+            headers["Last-Event-ID"] = query["after"] = str(self.last_id)
         if self._token:
             headers["Authorization"] = bearer_header(self._token)
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
