@@ -30,16 +30,13 @@ from typing import Any
 
 from hermes_actors.model.commands import parse_command
 from hermes_actors.process.sse import StreamReader, StreamRefused, bearer_header
+from hermes_actors.store.ledger import is_final
 
 __all__ = ["ANSWER_KINDS", "AnswerWaiter", "ClientError", "GatewayClient", "SendOptions",
            "SendResult", "is_final", "is_refusal", "readable_text", "send", "succeeded"]
 
 #: Kinds of outbox messages that answer a message (a ``notice`` may refuse or acknowledge it).
 ANSWER_KINDS = ("reply", "recovered")
-#: The texts of the acknowledgements of a gateway that does not mark its messages ``final``
-#: (``runtime.session_core.QUEUED_ACK`` and ``INTERRUPT_ACK``; the first may be followed by
-#: `` (N queued)``).
-LEGACY_ACKS = ("Queued for the next turn.", "⚡ Interrupting the current turn.")
 #: Pauses between attempts to reach the gateway, in seconds (the last one repeats); each is
 #: cut to the time left.
 RETRY_PAUSES = (0.1, 0.25, 0.5, 1.0, 2.0)
@@ -55,19 +52,6 @@ RETRY_LATER = frozenset({408, 429})
 def is_refusal(status: int) -> bool:
     """Whether an HTTP ``status`` refuses the request itself (a client mistake: exit 2)."""
     return 400 <= status < 500 and status not in RETRY_LATER
-
-
-def is_final(message: dict[str, Any]) -> bool:
-    """Whether an outbox message is the final answer of every event it names: its ``final``
-    flag; without one (a gateway older than the flag) anything but an acknowledgement (kind
-    ``ack``, or a ``notice`` with the text of one of :data:`LEGACY_ACKS`)."""
-    if "final" in message:
-        return bool(message["final"])
-    kind = message.get("kind")
-    if kind == "ack":
-        return False
-    text = str(message.get("text", ""))
-    return not (kind == "notice" and text.startswith(LEGACY_ACKS))
 
 
 def succeeded(text: str, answer: dict[str, Any]) -> bool:

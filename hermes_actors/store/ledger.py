@@ -17,6 +17,8 @@ hands the claim back (:func:`released_state`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "CLAIMABLE_STATES",
@@ -30,6 +32,7 @@ __all__ = [
     "STATES",
     "claim_allowed",
     "finish_state",
+    "is_final",
     "obligation_id",
     "redelivery_kind",
     "released_state",
@@ -57,6 +60,14 @@ OUTCOMES = ("delivered", "failed", "abandoned")
 MAX_ATTEMPTS = 3
 #: ...or when it is older than this (24 h).
 MAX_AGE_SECONDS = 24 * 3600.0
+
+
+def is_final(message: Mapping[str, Any]) -> bool:
+    """Whether an outbox message or ledger row is the final answer of every event it names:
+    its ``final`` flag where it has one (an HTTP message), else its kind (all but ``ack``)."""
+    if "final" in message:
+        return bool(message["final"])
+    return message.get("kind") in FINAL_KINDS
 
 
 def obligation_id(session_key: str, token: str | None, content: str) -> str:

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 
 from hermes_actors.model.timeutil import epoch, parse_timestamp
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.store.ledger import is_final
 
 __all__ = ["RESUMED", "Accepted", "Answer", "Consumed", "Evidence", "Suspended", "Verdict",
            "event_ids", "is_final", "names_some_event", "reconcile", "suspension_evidence"]
@@ -200,12 +201,6 @@ def event_ids(row: Row) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)):
         return tuple(str(v) for v in value)
     return ()
-
-
-def is_final(row: Row) -> bool:
-    """Whether a row ends what it answers: its ``final`` flag where it has one, else any
-    kind but ``ack``."""
-    return bool(row.get("final", row.get("kind") != "ack"))
 
 
 def names_some_event(row: Row) -> bool:

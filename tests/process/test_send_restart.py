@@ -87,7 +87,6 @@ class TestSendWaitAcrossARestart:
         assert out.splitlines()[-1] == "echo: x"
         assert err == "Queued for the next turn."  # the acknowledgement, once, on stderr
 
-    @pytest.mark.xfail(strict=False, reason="needs the marker's event ids (issue 36)")
     def test_a_turn_resumed_after_a_kill_is_answered(self, restartable):
         gateway = restartable()
         sender = Sender(gateway.url, "sleep 4", timeout=40)

@@ -19,7 +19,6 @@ import pytest
 
 from hermes_actors.cli import main
 from hermes_actors.process.client import (
-    LEGACY_ACKS,
     GatewayClient,
     SendOptions,
     SendResult,
@@ -334,14 +333,6 @@ class TestExitCodes:
         assert (code, out) == (1, "")
         assert err == f"{INTERRUPT_ACK}\nhermes-actors: error: no reply within 0.5s\n"
 
-    def test_a_gateway_without_the_final_flag(self, capsys, fake, tmp_path, monkeypatch):
-        # its acknowledgements are notices with the acknowledgements' texts
-        monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-        code, out, err = _run(capsys, fake, "hi", [
-            {"text": f"{QUEUED_ACK} (2 queued)", "kind": "notice"},
-            {"text": "echo: hi", "kind": "reply"}])
-        assert (code, out, err) == (0, "echo: hi\n", f"{QUEUED_ACK} (2 queued)\n")
-
     def test_no_gateway_exits_1(self, capsys, fake, tmp_path, monkeypatch):
         monkeypatch.setenv("HERMES_HOME", str(tmp_path))
         url = fake().url  # never started
@@ -359,13 +350,8 @@ class TestFinality:
 
     def test_without_the_flag_only_acknowledgements_are_not_final(self):
         assert not is_final({"kind": "ack", "text": "anything"})
-        assert not is_final({"kind": "notice", "text": f"{QUEUED_ACK} (3 queued)"})
-        assert not is_final({"kind": "notice", "text": INTERRUPT_ACK})
         assert is_final({"kind": "notice", "text": FAILED})
         assert is_final({"kind": "reply", "text": QUEUED_ACK})  # an agent may say it too
-
-    def test_the_legacy_acknowledgements_are_the_gateways(self):
-        assert LEGACY_ACKS == (QUEUED_ACK, INTERRUPT_ACK)
 
     def test_success(self):
         assert succeeded("hi", {"kind": "reply"}) and succeeded("hi", {"kind": "recovered"})
