@@ -12,8 +12,6 @@ import threading
 
 import pytest
 
-from hermes_actors.runtime.delivery import RECOVERED_PREFIX
-from hermes_actors.runtime.recovery_rules import resume_note
 from hermes_actors.testing.postgres import start_embedded_server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -67,16 +65,11 @@ class Sender(threading.Thread):
                 f"only {len(self.accepted)} messages accepted"
 
 
-NOTE = resume_note("restart_interrupted")
-
-
 def _unanswered(messages: list[dict], wanted: set[str]) -> set[str]:
-    """The ``wanted`` event ids no message answers, forgiving the one turn that was running
-    when the server went away, once a later reply carries the restart note (§7: it was
-    auto-continued, and the echo agent answers the note, not the old text)."""
-    left = wanted - {eid for m in messages for eid in m["in_reply_to"]}
-    resumed = any(NOTE in m["text"] for m in messages if m["kind"] == "reply")
-    return set() if len(left) == 1 and resumed else left
+    """The ``wanted`` event ids no final message names (the turn that was running when the
+    server went away is continued by the gateway that replaces it, and its reply names
+    the interrupted message too)."""
+    return wanted - {eid for m in messages if m["final"] for eid in m["in_reply_to"]}
 
 
 def _wait_until_answered(gateway, accepted: dict[str, tuple[str, str]], timeout: float = 60
@@ -121,10 +114,9 @@ class TestServerOutage:
             assert sender.failure is None, sender.failure
             accepted = dict(sender.accepted)
             for chat, messages in _wait_until_answered(gateway, accepted).items():
-                plain = [eid for m in messages if m["kind"] == "reply"
-                         and not m["text"].startswith(RECOVERED_PREFIX)
-                         for eid in m["in_reply_to"]]
-                assert len(plain) == len(set(plain)), f"chat {chat}: a message answered twice"
+                # exactly one final answer per message, the continued one's included
+                named = [eid for m in messages if m["final"] for eid in m["in_reply_to"]]
+                assert len(named) == len(set(named)), f"chat {chat}: a message answered twice"
             assert sender.refused > 0  # the outage was seen by the client, as 503s
             assert gateway.stop() == 0
 
