@@ -64,10 +64,10 @@ READY = re.compile(r"event=ready .*port=(\d+)")
 # The storm breaker is off: the soak restarts on purpose faster than "3 boots with resumable
 # sessions in 60 s", and a storm skips auto-continue by design (the flags stay set).
 CONFIG = """\
-busy_input_mode: queue
+busy_input_mode: {mode}
 queue_max: 1000
 restart_drain_timeout: 2
-restart_storm: {max_restarts: 1000000, window_seconds: 60}
+restart_storm: {{max_restarts: 1000000, window_seconds: 60}}
 agent:
   kind: scripted
 http:
@@ -296,12 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--busy-input-mode", choices=("queue", "interrupt"), default="queue",
+                        help="queue: a turn per message; interrupt: follow-ups cut the "
+                             "running turn and merge (one reply names them all)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
     home = args.home or Path(tempfile.mkdtemp(prefix="hermes-soak-"))
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(CONFIG)
+    (home / "config.yaml").write_text(CONFIG.format(mode=args.busy_input_mode))
     gw = Gateway(home)
     gw.start()
     stop = threading.Event()

@@ -426,7 +426,7 @@ def _settle(services: Services, key: str, session_id: str, token: str, turn: Run
         elif not event.internal or answers != turn.item.event_ids:
             owed = (SILENCE_NOTICE, "notice")  # a person waits for an answer
     elif cut and turn.reason == "timeout":
-        owed = (FAILED_NOTICE.format("Timeout"), "notice")
+        owed = (FAILED_NOTICE.format("TimeoutError"), "notice")
     # With the ledger on, the reply rides in the transaction that records what is owed for it
     # and clears the marker; otherwise it is persisted first (recovery adopts a persisted
     # reply whose marker is still set, §7).

@@ -32,6 +32,13 @@ def answer_of(adapter: InMemoryAdapter, event_id: str):
     return answer
 
 
+def _running(h) -> str:
+    """Start a turn that waits on gate ``g``; its event id once it runs."""
+    event_id = h.send("wait g")
+    assert h.gates.wait_until_waiting("g")
+    return event_id
+
+
 class TestLiveAnswers:
     """Answers on the live path name the events they answer; acks are not final."""
 
@@ -45,8 +52,7 @@ class TestLiveAnswers:
 
     def test_an_interrupted_turn_is_answered_by_the_turn_that_superseded_it(self, make_harness):
         h = make_harness()
-        first = h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        first = _running(h)
         second = h.send("two")
         third = h.send("three")  # merged with "two" into the next turn
         h.idle()
@@ -60,8 +66,7 @@ class TestLiveAnswers:
 
     def test_queue_acks_are_not_final(self, make_harness):
         h = make_harness(busy_input_mode="queue")
-        first = h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        first = _running(h)
         queued = h.send("/queue later")
         h.handled()
         h.gates.open("g")
@@ -73,8 +78,7 @@ class TestLiveAnswers:
 
     def test_stop_names_the_message_it_cancelled(self, make_harness):
         h = make_harness()
-        first = h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        first = _running(h)
         follow = h.send("follow")
         stop = h.send("/stop")
         h.idle()
@@ -85,8 +89,7 @@ class TestLiveAnswers:
 
     def test_new_names_the_messages_it_cleared(self, make_harness):
         h = make_harness(busy_input_mode="queue")
-        first = h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        first = _running(h)
         queued = h.send("/queue later")
         new = h.send("/new")
         h.idle()
@@ -103,8 +106,7 @@ class TestLiveAnswers:
 
     def test_ask_skips_acks_and_times_out_without_an_answer(self, make_harness):
         h = make_harness(busy_input_mode="queue")
-        h.send("wait g")
-        assert h.gates.wait_until_waiting("g")
+        _running(h)
         with pytest.raises(TimeoutError):
             h.gw.ask(MessageEvent(source=SOURCE, text="/queue later"), timeout=0.3)
         assert any(m.text.startswith(QUEUED_ACK) for m in h.adapter.sent)  # ...was sent
@@ -119,6 +121,26 @@ def _boot(home, clock, gates, **config):
                  clock=clock)
     gw.start()
     return gw, adapter
+
+
+def _crashed_mid_turn(home, clock, cut: MessageEvent, *waiting: MessageEvent,
+                     reply: str | None = None, restarts: int = 0) -> None:
+    """The durable state a kill -9 leaves: ``cut``'s turn marked (its event consumed),
+    its ``reply`` persisted or not, ``waiting`` messages still in the inbox, the session's
+    stuck-loop count at ``restarts``."""
+    store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
+    entry = store.get_or_create_session(SOURCE)
+    for event in (cut, *waiting):
+        store.accept_event(entry.session_key, event)
+    token = store.begin_turn(entry.session_key, entry.session_id,
+                             user_message={"role": "user", "content": cut.text},
+                             event_ids=[cut.event_id])
+    if reply is not None:
+        store.append_message(entry.session_id, {"role": "assistant", "content": reply},
+                             turn_token=token, is_reply=True)
+    if restarts:
+        store.write_restart_counts({entry.session_key: restarts})
+    store.close()
 
 
 class TestAcrossRestarts:
@@ -143,19 +165,11 @@ class TestAcrossRestarts:
 
     @pytest.mark.parametrize("mode", ["interrupt", "queue"])
     def test_crash_mid_turn_with_a_message_waiting(self, tmp_path, mode):
-        # the durable state a kill -9 leaves: a marked turn (its event consumed) and a
-        # follow-up still in the inbox; the note rides on the follow-up's turn
+        # a follow-up waits in the inbox: the note rides on its turn
         home, clock = tmp_path / "home", FakeClock()
-        store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
         cut = MessageEvent(source=SOURCE, text="long task")
         waiting = MessageEvent(source=SOURCE, text="and then")
-        entry = store.get_or_create_session(SOURCE)
-        for event in (cut, waiting):
-            store.accept_event(entry.session_key, event)
-        store.begin_turn(entry.session_key, entry.session_id,
-                         user_message={"role": "user", "content": "long task"},
-                         event_ids=[cut.event_id])
-        store.close()
+        _crashed_mid_turn(home, clock, cut, waiting)
         gw, adapter = _boot(home, clock, Gates(), busy_input_mode=mode)
         try:
             assert gw.wait_idle(20)
@@ -168,16 +182,8 @@ class TestAcrossRestarts:
 
     def test_a_recovered_reply_names_its_event(self, tmp_path):
         home, clock = tmp_path / "home", FakeClock()
-        store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
         event = MessageEvent(source=SOURCE, text="q")
-        entry = store.get_or_create_session(SOURCE)
-        store.accept_event(entry.session_key, event)
-        token = store.begin_turn(entry.session_key, entry.session_id,
-                                 user_message={"role": "user", "content": "q"},
-                                 event_ids=[event.event_id])
-        store.append_message(entry.session_id, {"role": "assistant", "content": "the answer"},
-                             turn_token=token, is_reply=True)
-        store.close()
+        _crashed_mid_turn(home, clock, event, reply="the answer")
         gw, adapter = _boot(home, clock, Gates())
         try:
             assert gw.wait_idle(20)
@@ -188,15 +194,8 @@ class TestAcrossRestarts:
 
     def test_suspension_answers_what_the_session_owed(self, tmp_path):
         home, clock = tmp_path / "home", FakeClock()
-        store = SessionStore(home / "sessions", clock=clock, mirror_interval=None)
         event = MessageEvent(source=SOURCE, text="loops forever")
-        entry = store.get_or_create_session(SOURCE)
-        store.accept_event(entry.session_key, event)
-        store.begin_turn(entry.session_key, entry.session_id,
-                         user_message={"role": "user", "content": event.text},
-                         event_ids=[event.event_id])
-        store.write_restart_counts({entry.session_key: 2})  # the third restart mid-turn
-        store.close()
+        _crashed_mid_turn(home, clock, event, restarts=2)  # this is its third restart
         gw, adapter = _boot(home, clock, Gates())
         try:
             assert gw.wait_idle(20)

@@ -61,7 +61,7 @@ class TestTurnTimeout:
         h.idle()
         assert h.gw.session_statistics(h.key()).running is False
         # the message's final answer says so (it is not left unanswered)
-        assert h.texts() == [FAILED_NOTICE.format("Timeout")]
+        assert h.texts() == [FAILED_NOTICE.format("TimeoutError")]
         assert h.adapter.sent[0].in_reply_to == (event_id,) and h.adapter.sent[0].final
 
 
