@@ -65,7 +65,7 @@ from hermes_actors.store.backends.sqlite.schema import (
     migrate,
     repair_canonical_tables,
 )
-from hermes_actors.store.ops import Op
+from hermes_actors.store.ops import ListId, Op
 from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
 from hermes_actors.store.restarts import parse_restart_counts
 from hermes_actors.store.routing import (
@@ -426,7 +426,11 @@ class SessionDB:
         if len(lists) > 1:
             try:
                 with self._database.atomic():
-                    results = [[self._ops.apply(op) for op in ops] for ops in lists]
+                    # one statement records every list's id (ops.ListId) for the group
+                    heads = [(ops[0].list_id, ops[0].at) for ops in lists
+                             if ops and type(ops[0]) is ListId]
+                    fresh = self._ops.record_lists(heads) if heads else None
+                    results = [self._ops.apply_list(ops, fresh) for ops in lists]
             except Exception as exc:  # noqa: BLE001 - replayed one by one below
                 self._ops.committed(False)
                 log.debug("group commit of %d lists failed (%s); applying them one by one",
@@ -451,7 +455,7 @@ class SessionDB:
         while True:
             try:
                 with self._database.atomic():
-                    results = [self._ops.apply(op) for op in ops]
+                    results = self._ops.apply_list(ops)
             except pw.DatabaseError as exc:
                 self._ops.committed(False)
                 if (

@@ -37,6 +37,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    ListId,
     NodeValue,
     Op,
     OutboxAppend,
@@ -210,6 +211,35 @@ class SqliteOps:
             SetSessionRestarts: self._session_restarts,
         }
 
+    def record_lists(self, ids: list[tuple[str, float]]) -> set[str]:
+        """Record the ids of op lists about to be applied in this transaction (one
+        statement for a whole group commit); the ones new here (the others are replays)."""
+        rows = self._db.execute_sql(
+            "INSERT INTO applied_lists (list_id, applied_at) VALUES "
+            + ", ".join(["(?, ?)"] * len(ids))
+            + " ON CONFLICT (list_id) DO NOTHING RETURNING list_id",
+            [value for pair in ids for value in pair]).fetchall()
+        return {row[0] for row in rows}
+
+    def apply_list(self, ops: list[Op], fresh: set[str] | None = None) -> list[Any]:
+        """Run ``ops`` in order inside the caller's transaction; their results. The ops
+        after a :class:`ListId` whose id was applied before are skipped (``None``);
+        ``fresh``: the new ids of this transaction when a leading one was recorded already
+        (:meth:`record_lists`)."""
+        results: list[Any] = []
+        skipping = False
+        for index, op in enumerate(ops):
+            if type(op) is ListId:
+                if index == 0 and fresh is not None:
+                    new = op.list_id in fresh
+                else:
+                    new = bool(self.record_lists([(op.list_id, op.at)]))
+                skipping = not new
+                results.append(new)
+            else:
+                results.append(None if skipping else self.apply(op))
+        return results
+
     def apply(self, op: Op) -> Any:
         """Run one operation inside the caller's transaction; return its result."""
         handler = self._handlers.get(type(op))
@@ -324,6 +354,8 @@ class SqliteOps:
         )
 
     def _prune_inbox(self, op: PruneInbox) -> int:
+        # the applied list ids are only needed until a replay (the next start): pruned here
+        self._db.execute_sql("DELETE FROM applied_lists WHERE applied_at < ?", (op.before,))
         i = self._m.Inbox
         return (
             i.delete().where(i.consumed_at.is_null(False) & (i.consumed_at < op.before)).execute()

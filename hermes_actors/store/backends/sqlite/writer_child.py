@@ -29,9 +29,15 @@ from hermes_actors.store.backends.sqlite.writer_process import (
     encode_frame,
 )
 
-__all__ = ["serve"]
+__all__ = ["AFTER_COMMIT", "serve"]
 
 _PR_SET_PDEATHSIG = 1
+#: The crash point of the child (``HERMES_ACTORS_CRASHPOINT``, the variable of
+#: ``hermes_actors.runtime.crash``, which this process does not import): it exits at once
+#: after a frame's COMMIT, before its answer, so the parent never learns the outcome and
+#: fails the frame's op lists over (they are then applied again: once, by their ListId).
+AFTER_COMMIT = "db_writer_after_commit"
+_CRASH_ARMED = os.environ.get("HERMES_ACTORS_CRASHPOINT") == AFTER_COMMIT
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -134,7 +140,12 @@ def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT,
                     _write_blocking(answers, _answer([(False, error)] * len(blobs)))
                     return 1
                 checkpointer = Checkpointer(path)  # commits never copy the log back
-            _write_blocking(answers, _answer(_apply_frame(db, blobs)))
+            outcomes = _apply_frame(db, blobs)
+            if _CRASH_ARMED and any(ok for ok, _ in outcomes):
+                sys.stderr.write(f"hermes_actors: crash point {AFTER_COMMIT} reached, exiting\n")
+                sys.stderr.flush()
+                os._exit(137)
+            _write_blocking(answers, _answer(outcomes))
     finally:
         if checkpointer is not None:
             checkpointer.close()
