@@ -7,9 +7,11 @@ what the database had committed."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 
 import pytest
 
@@ -107,5 +109,29 @@ class TestListIds:
                       ListId("c" * 32, 1.0), AddTokens("s1", 10, 0)])
             assert db.session_row("s1")["input_tokens"] == 11
             assert db.outbox_head() == 0
+        finally:
+            db.close()
+
+
+class TestKeptIds:
+    """Only the latest list ids are kept: the table does not grow with every write."""
+
+    def test_older_ids_are_pruned_by_count(self, tmp_path, monkeypatch):
+        from hermes_actors.store.backends.sqlite import operations
+
+        monkeypatch.setattr(operations, "KEPT_LIST_IDS", 10)
+        monkeypatch.setattr(operations, "PRUNE_LIST_IDS_EVERY", 4)
+        db = SessionDB(tmp_path / "state.db")
+        try:
+            db.apply([CreateSession("s1", "k1", None, 0.0)])
+            for n in range(40):
+                db.apply([ListId(f"list-{n}", 1.0), AddTokens("s1", 1, 0)])
+            with closing(sqlite3.connect(tmp_path / "state.db")) as reader:
+                kept = [row[0] for row in reader.execute(
+                    "SELECT list_id FROM applied_lists ORDER BY rowid")]
+            assert len(kept) <= 10 + 4 and kept[-1] == "list-39"
+            # a recent list is still recognised as applied: its replay changes nothing
+            assert db.apply([ListId("list-39", 1.0), AddTokens("s1", 1, 0)]) == [False, None]
+            assert db.session_row("s1")["input_tokens"] == 40
         finally:
             db.close()

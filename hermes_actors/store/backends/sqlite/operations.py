@@ -177,6 +177,15 @@ def _json(value: Any) -> str | None:
     return None if value is None else to_json(value)
 
 
+#: How many of the latest op list ids ``applied_lists`` keeps: far more than can be in
+#: flight when a writer dies (a group commit's lists, the pipe's queue).
+KEPT_LIST_IDS = 65_536
+#: Every this many recording transactions, the older ids are deleted.
+PRUNE_LIST_IDS_EVERY = 1024
+_PRUNE_LIST_IDS = ("DELETE FROM applied_lists WHERE rowid <="
+                   " (SELECT max(rowid) FROM applied_lists) - ?")
+
+
 class SqliteOps:
     """Applies operations to one SQLite database (call only on its worker thread)."""
 
@@ -188,6 +197,9 @@ class SqliteOps:
         #: and forgetting an old id only costs one ``INSERT OR IGNORE`` at its next append.
         self._known: LRUCache[str, bool] = LRUCache(maxsize=KNOWN_SESSIONS)
         self._known_in_txn: set[str] = set()
+        #: Transactions that recorded list ids (``applied_lists`` is pruned every
+        #: :data:`PRUNE_LIST_IDS_EVERY`).
+        self._recorded = 0
         self._handlers: dict[type, Callable[[Any], Any]] = {
             CreateSession: self._create_session,
             EndSession: self._end_session,
@@ -215,10 +227,13 @@ class SqliteOps:
         """Record the ids of op lists about to be applied in this transaction (one
         statement for a whole group commit); the ones new here (the others are replays)."""
         rows = self._db.execute_sql(
-            "INSERT INTO applied_lists (list_id, applied_at) VALUES "
-            + ", ".join(["(?, ?)"] * len(ids))
+            "INSERT INTO applied_lists (list_id) VALUES "
+            + ", ".join(["(?)"] * len(ids))
             + " ON CONFLICT (list_id) DO NOTHING RETURNING list_id",
-            [value for pair in ids for value in pair]).fetchall()
+            [list_id for list_id, _ in ids]).fetchall()
+        self._recorded += 1
+        if self._recorded % PRUNE_LIST_IDS_EVERY == 0:  # (a rowid range: cheap)
+            self._db.execute_sql(_PRUNE_LIST_IDS, (KEPT_LIST_IDS,))
         return {row[0] for row in rows}
 
     def apply_list(self, ops: list[Op], fresh: set[str] | None = None) -> list[Any]:
@@ -354,8 +369,6 @@ class SqliteOps:
         )
 
     def _prune_inbox(self, op: PruneInbox) -> int:
-        # the applied list ids are only needed until a replay (the next start): pruned here
-        self._db.execute_sql("DELETE FROM applied_lists WHERE applied_at < ?", (op.before,))
         i = self._m.Inbox
         return (
             i.delete().where(i.consumed_at.is_null(False) & (i.consumed_at < op.before)).execute()

@@ -281,12 +281,12 @@ def _rebuild_deliveries(database: pw.Database) -> None:
         database.execute_sql(statement)
 
 
-#: Migration 8: the ids of the op lists applied (``ops.ListId``), so a replayed list is
-#: applied once; pruned with the inbox (``PruneInbox``).
+#: Migration 8: the ids of the op lists applied last (``ops.ListId``), so a replayed list is
+#: applied once. Only the latest ones are kept (``operations.KEPT_LIST_IDS``, pruned by
+#: rowid): a replay can only be of a list in flight when the writer died, and nothing is
+#: written here between that and the import of the degraded run's journal.
 APPLIED_LISTS_DDL: tuple[str, ...] = (
-    """CREATE TABLE IF NOT EXISTS applied_lists (
-        list_id TEXT NOT NULL PRIMARY KEY,
-        applied_at REAL NOT NULL) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS applied_lists (list_id TEXT NOT NULL UNIQUE)",
 )
 
 #: Migration 7: routing flags as columns, ledger ownership by gateway boot, node state.
