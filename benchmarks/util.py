@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import gc
 import math
+import os
 import queue
 import shutil
 import sys
@@ -126,13 +127,16 @@ def RecordingAdapter(platform: str = "telegram",  # noqa: N802 - a class made on
 
 def make_gateway(home: Path, *, adapters: list[Any], agent_factory: Callable[[Any], Any],
                  **config: Any) -> Any:
-    """A started :class:`~hermes_actors.Gateway` with ``config`` overrides (no env), with
+    """A started :class:`~hermes_actors.Gateway` with ``config`` overrides (no env but
+    ``HERMES_STORE_SYNCHRONOUS``, so one run can measure each durability level), with
     the collector settings of the standalone process (``hermes_actors.process.heap``)."""
     from hermes_actors import Gateway, load_config
     from hermes_actors.process.heap import freeze_startup_heap, tune_gc
 
     tune_gc()
-    gw = Gateway(home, config=load_config(config, env={}), agent_factory=agent_factory,
+    level = os.environ.get("HERMES_STORE_SYNCHRONOUS")
+    env = {"HERMES_STORE_SYNCHRONOUS": level} if level else {}
+    gw = Gateway(home, config=load_config(config, env=env), agent_factory=agent_factory,
                  adapters=adapters)
     gw.start()
     freeze_startup_heap()

@@ -585,6 +585,30 @@ class TestStoreKeys:
         with pytest.raises(ConfigError, match="store.pool_size"):
             load_quietly({"store": {"pool_size": size}})
 
+    def test_synchronous_is_full_by_default(self):
+        config, _ = load_quietly()
+        assert config.store.synchronous == "full"
+
+    def test_synchronous_from_the_file_and_the_environment(self):
+        config, _ = load_quietly({"store": {"synchronous": "NORMAL"}})
+        assert config.store.synchronous == "normal"
+        config, _ = load_quietly({"store": {"synchronous": "normal"}},
+                                 env={"HERMES_STORE_SYNCHRONOUS": "full"})
+        assert config.store.synchronous == "full"
+
+    @pytest.mark.parametrize("value", ["off", "extra", 1, True])
+    def test_an_invalid_synchronous_names_the_key(self, value):
+        with pytest.raises(ConfigError, match="'store.synchronous'"):
+            load_quietly({"store": {"synchronous": value}})
+        with pytest.raises(ConfigError, match="HERMES_STORE_SYNCHRONOUS.*store.synchronous"):
+            load_quietly(env={"HERMES_STORE_SYNCHRONOUS": str(value)})
+
+    def test_the_store_knows_the_same_levels(self):
+        from hermes_actors.config import SYNCHRONOUS_LEVELS
+        from hermes_actors.store.backends.sqlite.db import SYNCHRONOUS
+
+        assert SYNCHRONOUS == SYNCHRONOUS_LEVELS
+
 
 @pytest.mark.cluster
 class TestClusterKeys:

@@ -40,6 +40,7 @@ ENV_OVERRIDES = {
     "HERMES_STORE_BACKEND": "store.backend",
     "HERMES_STORE_DSN": "store.dsn",
     "HERMES_STORE_POOL_SIZE": "store.pool_size",
+    "HERMES_STORE_SYNCHRONOUS": "store.synchronous",
     "HERMES_CLUSTER_ENABLED": "cluster.enabled",
     "HERMES_CLUSTER_SHARDS": "cluster.shards",
     "HERMES_CLUSTER_LEASE_TTL": "cluster.lease_ttl",

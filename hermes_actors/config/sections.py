@@ -136,6 +136,10 @@ class WhatsAppConfig:
 STORE_BACKENDS = ("sqlite", "postgres")
 #: Connections the PostgreSQL backend keeps for reads by default (writes have their own).
 DEFAULT_POOL_SIZE = 4
+#: SQLite's ``synchronous`` levels ``store.synchronous`` may name: ``full`` (the default)
+#: syncs the log at every commit, so a committed (acknowledged) message survives a power
+#: loss; ``normal`` survives a process crash, but an OS crash may lose the last commits.
+SYNCHRONOUS_LEVELS = ("full", "normal")
 
 
 def _dsn(key: str, value: Any) -> str | None:
@@ -162,6 +166,8 @@ class StoreConfig:
     #: carry a password).
     dsn: str | None = field(default=None, repr=False, metadata={"parse": _dsn})
     pool_size: int = _opt(_number(1, integer=True, maximum=1000), DEFAULT_POOL_SIZE)
+    #: SQLite's ``PRAGMA synchronous`` on every connection that writes (``SYNCHRONOUS_LEVELS``).
+    synchronous: str = _opt(_choice(*SYNCHRONOUS_LEVELS), "full")
 
     def __post_init__(self) -> None:
         if self.backend == "postgres" and self.dsn is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["CRASH_POINTS", "INGRESS_CRASH_POINTS", "crashpoint"]
+__all__ = ["CRASH_POINTS", "INGRESS_CRASH_POINTS", "STORE_CRASH_POINTS", "crashpoint"]
 
 #: The named points of §15 (more may exist; unknown names are simply never reached).
 CRASH_POINTS = (
@@ -24,6 +24,10 @@ CRASH_POINTS = (
     "during_drain",
     "during_recovery",
 )
+
+#: The database writer child's own point (``store/backends/sqlite/writer_child.py``, which
+#: reads the same variable): after a COMMIT, before the parent hears of it.
+STORE_CRASH_POINTS = ("db_writer_after_commit",)
 
 #: Points on the way in: a message is durable but its sender has not been answered yet (a
 #: client then retries it; exactly-once ingress must recognise the retry), or a platform

@@ -42,10 +42,12 @@ from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
 from hermes_actors.runtime.router import SessionRouter
 from hermes_actors.runtime.services import Services
 from hermes_actors.runtime.session_actor import (
+    AdmitTicket,
     DrainResult,
     GetStatistics,
     IdleCheck,
     Inbound,
+    InboundAnswer,
     InterruptTurn,
     Kick,
     SessionActor,
@@ -66,6 +68,14 @@ _STORE_FILES = ("state.db", "sessions")
 _ANSWER_TIMEOUT = 30.0
 #: How long a stop waits for the delegations it stopped to report back (§8).
 _DELEGATIONS_STOP_TIMEOUT = 5.0
+
+
+class _PendingAnswer(NamedTuple):
+    """A refusable event's dispatch: the future of the actor's ``InboundAnswer`` and the
+    decision the asker shares with the actor (what the asker does once it gives up)."""
+
+    future: pykka.Future
+    ticket: AdmitTicket
 
 
 class Admission(NamedTuple):
@@ -120,6 +130,10 @@ class Gateway:
         #: Whether the last ``stop()`` wrote the clean-shutdown marker (the next start then
         #: skips crash recovery).
         self.stopped_cleanly = False
+        #: Seconds ``admit`` waits for the session actor's answer; past it the message is
+        #: acknowledged as accepted and can no longer be refused (the actor then answers a
+        #: full queue with a final notice and consumes it). Settable, e.g. by a test.
+        self.admit_timeout = _ANSWER_TIMEOUT
         #: Guards the state, the restore gate, held events and in-flight submits.
         self._lock = threading.Condition(new_rlock())
         self._gate_open = False
@@ -536,12 +550,17 @@ class Gateway:
             if answer is None:
                 return Admission(event.event_id, key)
             try:
-                told = answer.get(timeout=_ANSWER_TIMEOUT)
+                told = answer.future.get(timeout=self.admit_timeout)
             except (pykka.ActorDeadError, pykka.Timeout):
                 # It is durable and will run (or replay after a restart); only its depth is
-                # unknown, and a refusal cannot be given any more.
-                log.warning("no answer from the session actor session_key=%s", key)
-                return Admission(event.event_id, key)
+                # unknown. From now on the actor cannot refuse it (it answers and consumes
+                # it instead), unless it has refused it already: then that decision stands.
+                refused = answer.ticket.abandon()
+                log.warning("no answer from the session actor session_key=%s%s", key,
+                            " (it refused the event)" if refused is not None else "")
+                if refused is None:
+                    return Admission(event.event_id, key)
+                told = InboundAnswer(refused, 0)
             if told.refused is not None:
                 store.withdraw_event(event.event_id)
             return Admission(event.event_id, key, refused=told.refused,
@@ -568,13 +587,17 @@ class Gateway:
             log.exception("internal wake-up could not be recorded")
 
     def _dispatch(self, key: str, event: MessageEvent,
-                  refusable: bool = False) -> pykka.Future | None:
+                  refusable: bool = False) -> _PendingAnswer | None:
         """Tell the session's actor (under ``_lock``, which orders concurrent submits); with
-        ``refusable``, ask it instead and return the future of its ``InboundAnswer``."""
+        ``refusable``, ask it instead and return the future of its ``InboundAnswer`` with
+        the decision it shares with the asker (``AdmitTicket``)."""
         self._tracker.add()
         try:
             if refusable:
-                return self._live_router.request(key, Inbound(event, refusable=True))
+                ticket = AdmitTicket()
+                future = self._live_router.request(
+                    key, Inbound(event, refusable=True, ticket=ticket))
+                return _PendingAnswer(future, ticket)
             self._live_router.tell(key, Inbound(event))
             return None
         except Exception:

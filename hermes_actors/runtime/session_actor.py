@@ -32,6 +32,7 @@ from hermes_actors.runtime.session_core import (
     QUEUE_USAGE,
     QUEUED_ACK,
     STOPPED,
+    AdmitTicket,
     AnswerStatus,
     CancelDelegations,
     Consume,
@@ -65,7 +66,7 @@ from hermes_actors.store.lifecycle import merge_ids
 __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
     "QUEUE_FULL", "QUEUE_USAGE", "STOPPED",
-    "DrainResult", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer",
+    "AdmitTicket", "DrainResult", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer",
     "InterruptTurn", "Kick", "SessionActor", "SessionStatistics", "StopAccepting",
     "TurnDone", "format_duration",
 ]

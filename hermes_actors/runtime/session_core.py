@@ -20,6 +20,7 @@ here fails loudly at import, never by replaying its inbox row forever.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -31,7 +32,7 @@ from hermes_actors.runtime.queueing import Queued, SessionQueue
 __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
     "QUEUE_FULL", "QUEUE_USAGE", "RESET_FAILED", "STOPPED",
-    "AnswerStatus", "CancelDelegations", "Consume", "Context", "DrainResult", "Effect",
+    "AdmitTicket", "AnswerStatus", "CancelDelegations", "Consume", "Context", "DrainResult", "Effect",
     "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer", "Interrupt", "InterruptTurn",
     "Kick", "Notify", "Reaction", "Refuse", "ResetDone", "ResetSession", "Retire",
     "SessionCore", "SessionStatistics", "StartTurn", "StopAccepting", "TurnDone",
@@ -57,6 +58,44 @@ RESET_FAILED = "⚠️ Could not start a new session ({}). Send /new again."
 # -- messages (what the actor's mailbox receives) -----------------------------------------------
 
 
+class AdmitTicket:
+    """The one decision on a refusable event, shared by the session actor and the sender
+    (``Gateway.admit``) that waits for it, so a refusal is never lost between them.
+
+    The actor may refuse the event only while the sender still waits (:meth:`refuse`); a
+    sender that stops waiting (its timeout: it then answers its client that the event is
+    accepted) calls :meth:`abandon`, after which the actor cannot refuse it any more and
+    answers it with a final notice instead, consuming it. Whichever comes second sees the
+    first: ``abandon`` returns the refusal the actor already made, which the sender must
+    then act on (withdraw the event, hand the refusal to its client).
+    """
+
+    __slots__ = ("_lock", "_state", "_text")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = "waiting"
+        self._text: str | None = None
+
+    def refuse(self, text: str) -> bool:
+        """The actor's side: refuse the event with ``text``, if the sender still waits.
+        ``False``: the sender gave up; the event must be answered and consumed instead."""
+        with self._lock:
+            if self._state == "abandoned":
+                return False
+            self._state, self._text = "refused", text
+            return True
+
+    def abandon(self) -> str | None:
+        """The sender's side after its wait ended without an answer: from now on the event
+        cannot be refused. Returns the refusal text when the actor refused it already."""
+        with self._lock:
+            if self._state == "refused":
+                return self._text
+            self._state = "abandoned"
+            return None
+
+
 @dataclass(frozen=True, slots=True)
 class Inbound:
     """A submitted event for this session; answered with an :class:`InboundAnswer`."""
@@ -66,6 +105,9 @@ class Inbound:
     #: take is then answered with the refusal text instead of a notice, and left unconsumed
     #: for the sender to withdraw.
     refusable: bool = False
+    #: The decision shared with a refusable event's sender; without one (``None``) the
+    #: sender waits for the answer whatever it takes.
+    ticket: AdmitTicket | None = None
 
 
 class InboundAnswer(NamedTuple):
@@ -344,7 +386,8 @@ class SessionCore:
         answer: Any = None
         if isinstance(message, Inbound):
             self.last_activity = ctx.now
-            refused = self._on_event(message.event, message.refusable, ctx, effects)
+            refused = self._on_event(message.event, message.refusable, ctx, effects,
+                                     message.ticket)
             answer = InboundAnswer(refused, self.queue.depth)
         elif isinstance(message, TurnDone):
             self._on_turn_done(message, ctx, effects)
@@ -388,11 +431,11 @@ class SessionCore:
     # -- events ---------------------------------------------------------------------------
 
     def _on_event(self, event: MessageEvent, refusable: bool, ctx: Context,
-                  effects: list[Effect]) -> str | None:
+                  effects: list[Effect], ticket: AdmitTicket | None = None) -> str | None:
         command = event.command
         refused = None
         if command is not None and command.name == "queue":
-            refused = self._cmd_queue(event, command.args, refusable, effects)
+            refused = self._cmd_queue(event, command.args, refusable, effects, ticket)
         elif command is not None:
             _COMMANDS[command.name](self, event, ctx, effects)
         elif event.internal:
@@ -413,7 +456,7 @@ class SessionCore:
         else:
             # Queue mode: FIFO like /queue, but still a follow-up (§17.43: /stop drops it).
             refused = self._enqueue_capped(Queued.of(event, "followup"), event, refusable,
-                                           effects)
+                                           effects, ticket)
         self._maybe_start(ctx, effects)
         return refused
 
@@ -430,11 +473,14 @@ class SessionCore:
         self._interrupt(event.text, effects)
 
     def _enqueue_capped(self, item: Queued, event: MessageEvent, refusable: bool,
-                        effects: list[Effect]) -> str | None:
+                        effects: list[Effect], ticket: AdmitTicket | None = None
+                        ) -> str | None:
         depth = self.queue.depth
         if depth >= self.queue_max:
             text = QUEUE_FULL.format(depth)
-            if refusable:
+            # decided once: a sender that gave up waiting has answered its client already,
+            # so the event is answered here (a final notice) and consumed, never left over
+            if refusable and (ticket is None or ticket.refuse(text)):
                 effects.append(Refuse(event, text))  # the sender answers and withdraws it
                 return text
             effects.append(Notify(event, text, "rejected"))
@@ -455,7 +501,7 @@ class SessionCore:
     # -- commands -------------------------------------------------------------------------
 
     def _cmd_queue(self, event: MessageEvent, prompt: str, refusable: bool,
-                   effects: list[Effect]) -> str | None:
+                   effects: list[Effect], ticket: AdmitTicket | None = None) -> str | None:
         if not prompt and not event.media_urls:
             effects.append(Notify(event, QUEUE_USAGE, "command"))
             return None
@@ -463,7 +509,7 @@ class SessionCore:
         if self.running is None and not self.queue:
             self.queue.enqueue_fifo(item)
             return None
-        return self._enqueue_capped(item, event, refusable, effects)
+        return self._enqueue_capped(item, event, refusable, effects, ticket)
 
     def _cmd_stop(self, event: MessageEvent, ctx: Context, effects: list[Effect]) -> None:
         running = self.running is not None

@@ -54,6 +54,7 @@ from hermes_actors.errors import (
 )
 from hermes_actors.model.entry import SessionEntry, validate_session_id
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.ids import new_id
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
 from hermes_actors.store.backends.files.journal import (
@@ -80,6 +81,7 @@ from hermes_actors.store.ops import (
     ConsumeEvents,
     CreateSession,
     DeleteRouting,
+    ListId,
     NodeValue,
     Op,
     OutboxAppend,
@@ -328,6 +330,12 @@ class StoreCore:
         backend = self.backend
         fence = self.fence
         if fence is None:
+            if backend.local:  # an id, so a replay after an unknown outcome applies once
+                ops = [ListId(new_id(), self.ts()), *ops]
+                try:
+                    return backend.apply(ops)[1:]
+                except StoreUnavailableError as exc:
+                    return self._fail_over(exc, backend, ops)[1:]
             try:
                 return backend.apply(ops)
             except StoreUnavailableError as exc:
@@ -390,6 +398,8 @@ class StoreCore:
                 log.warning("a deferred write was not sent: %s", exc)
                 on_done()
                 return
+        elif backend.local:  # an id, so a replay after an unknown outcome applies once
+            guarded = ops = [ListId(new_id(), self.ts()), *ops]
         else:
             guarded = ops
 
@@ -561,8 +571,11 @@ class StoreCore:
                                  name, len(ops))
             if done < len(ops):  # (a degraded run after a crash may have appended more)
                 self._check_outbox_cursors(ops[done:])
-                self.backend.apply([*self._onto_held_events(ops[done:]), NodeValue(
-                    self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops)))])
+                # the marker first: a list at the end whose id the database has (ListId)
+                # is skipped, with nothing after it
+                self.backend.apply([NodeValue(
+                    self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops))),
+                    *self._onto_held_events(ops[done:])])
             journal.retire()
             log.warning("imported %d changes of degraded mode from %s", len(ops) - done,
                         journal.path)

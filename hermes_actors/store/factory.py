@@ -36,6 +36,11 @@ def _postgres(home: Path, config: Any, read_only: bool) -> DatabaseTools:
                            read_only=read_only, writer_idle_timeout=idle)
 
 
+def _synchronous(config: Any) -> str:
+    """``store.synchronous`` (``full`` for a config object of another shape)."""
+    return getattr(config.store, "synchronous", "full")
+
+
 def open_backend(home: str | Path, config: Any, *, read_only: bool = False) -> Backend:
     """Open the backend ``config.store.backend`` names for ``home`` (``read_only``: change
     nothing, for inspection). Raises ``StoreUnavailableError`` when it cannot be opened
@@ -44,7 +49,8 @@ def open_backend(home: str | Path, config: Any, *, read_only: bool = False) -> B
     if kind == "sqlite":
         from hermes_actors.store.backends.sqlite.db import SessionDB
 
-        return SessionDB(Path(home) / DATABASE_NAME, read_only=read_only)
+        return SessionDB(Path(home) / DATABASE_NAME, read_only=read_only,
+                         synchronous=_synchronous(config))
     if kind == "postgres":
         return _postgres(Path(home), config, read_only)
     raise ConfigError(f"config key 'store.backend': unknown backend {kind!r}")
@@ -61,7 +67,8 @@ def open_tools(home: str | Path, config: Any, *, read_only: bool) -> DatabaseToo
         path = Path(home) / DATABASE_NAME
         if not path.is_file():
             raise StoreUnavailableError(f"no database at {path}")
-        return SessionDB(path, read_only=read_only, writer=None if read_only else "thread")
+        return SessionDB(path, read_only=read_only, writer=None if read_only else "thread",
+                         synchronous=_synchronous(config))
     if kind == "postgres":
         return _postgres(Path(home), config, read_only)
     raise ConfigError(f"config key 'store.backend': unknown backend {kind!r}")

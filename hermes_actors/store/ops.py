@@ -35,6 +35,7 @@ __all__ = [
     "LedgerPrune",
     "LedgerRecord",
     "LedgerRelease",
+    "ListId",
     "NodeValue",
     "NotifyOutbox",
     "NotifyShard",
@@ -348,6 +349,20 @@ class SetSessionRestarts:
     at: float
 
 
+@dataclass
+class ListId:
+    """The id of the op list it opens (the ops after it, up to the next ``ListId``): a
+    backend that keeps its data in the home applies them only if it never applied a list
+    of this id, and records the id in the same transaction (SQLite: ``applied_lists``;
+    result ``True``, or ``False`` for a replay, whose ops are skipped with ``None``
+    results). So a list replayed after an unknown outcome (the database writer died after
+    its COMMIT, before its answer; the list was then applied again in degraded mode and
+    journaled) is applied once. ``at`` (epoch seconds) dates the id for pruning."""
+
+    list_id: str
+    at: float
+
+
 Op = (
     CreateSession
     | EndSession
@@ -372,4 +387,5 @@ Op = (
     | NotifyShard
     | NotifyOutbox
     | SetSessionRestarts
+    | ListId
 )

@@ -14,6 +14,7 @@ import pytest
 
 from hermes_actors import MessageEvent, SessionSource
 from hermes_actors.runtime.session_actor import QUEUE_FULL
+from hermes_actors.runtime.session_core import Inbound, SessionCore
 from hermes_actors.testing import db_rows
 
 
@@ -143,6 +144,70 @@ class TestAdmit:
         h.hold("g")
         assert h.gw.admit(_event("/queue a", message_id="a")).refused is None
         assert h.gw.admit(_event("/queue b", message_id="b")).refused == QUEUE_FULL.format(1)
+
+    @staticmethod
+    def _hold_the_actor(monkeypatch, text: str, *, after_deciding: bool):
+        """Make the session actor stop at the ``Inbound`` of ``text`` (before or after its
+        decision) until released: ``(reached, release)``."""
+        reached, release, real = threading.Event(), threading.Event(), SessionCore.handle
+
+        def handle(core, message, ctx):
+            held = isinstance(message, Inbound) and message.event.text == text
+            if held and not after_deciding:
+                reached.set()
+                assert release.wait(20)
+            reaction = real(core, message, ctx)
+            if held and after_deciding:
+                reached.set()
+                assert release.wait(20)
+            return reaction
+
+        monkeypatch.setattr(SessionCore, "handle", handle)
+        return reached, release
+
+    def test_a_full_queue_after_admit_gave_up_is_answered_and_consumed(self, make_harness,
+                                                                          monkeypatch):
+        # admit() stopped waiting (its client got 202) before the actor decided: the actor
+        # may not refuse it any more; it answers it (a final notice) and consumes it at once
+        h = make_harness(busy_input_mode="queue", queue_max=1)
+        h.hold("g")
+        assert h.gw.admit(_event("a", message_id="a")).refused is None
+        reached, release = self._hold_the_actor(monkeypatch, "b", after_deciding=False)
+        h.gw.admit_timeout = 0.2
+        late = h.gw.admit(_event("b", message_id="b"))
+        assert reached.is_set() and late.refused is None and not late.duplicate
+        release.set()
+        for _ in range(200):
+            if QUEUE_FULL.format(1) in h.texts():
+                break
+            threading.Event().wait(0.05)
+        assert QUEUE_FULL.format(1) in h.texts()
+        notice = next(m for m in h.adapter.sent if m.text == QUEUE_FULL.format(1))
+        assert late.event_id in notice.in_reply_to and notice.final
+        row = next(r for r in db_rows(h.gw.home, "inbox", config=h.gw.config)
+                   if r["event_id"] == late.event_id)
+        assert row["consumed_at"] is not None and row["consumed_reason"] == "rejected"
+        h.gates.open("g")
+        h.idle()
+        assert h.seen() == ["hold g", "a"]
+
+    def test_a_refusal_read_after_the_timeout_still_refuses(self, make_harness, monkeypatch):
+        # the actor refused before admit() gave up, but its answer came late: the decision
+        # stands, and admit() acts on it (withdraws the event, hands the refusal back)
+        h = make_harness(busy_input_mode="queue", queue_max=1)
+        h.hold("g")
+        assert h.gw.admit(_event("a", message_id="a")).refused is None
+        reached, release = self._hold_the_actor(monkeypatch, "b", after_deciding=True)
+        h.gw.admit_timeout = 0.2
+        late = h.gw.admit(_event("b", message_id="b"))
+        assert reached.is_set() and late.refused == QUEUE_FULL.format(1)
+        release.set()
+        rows = db_rows(h.gw.home, "inbox", config=h.gw.config)
+        assert late.event_id not in {row["event_id"] for row in rows}
+        h.gates.open("g")
+        h.idle()
+        assert h.seen() == ["hold g", "a"]
+        assert QUEUE_FULL.format(1) not in h.texts()
 
     def test_submit_keeps_the_notice_contract(self, make_harness):
         h = make_harness(busy_input_mode="queue", queue_max=1)

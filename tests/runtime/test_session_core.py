@@ -21,6 +21,7 @@ from hermes_actors.runtime.session_core import (
     QUEUED_ACK,
     RESET_FAILED,
     STOPPED,
+    AdmitTicket,
     AnswerStatus,
     CancelDelegations,
     Consume,
@@ -150,6 +151,26 @@ class TestFollowUps:
         reaction = c.handle(Inbound(full, refusable=True), ctx())
         assert reaction.effects == [Refuse(full, QUEUE_FULL.format(1))]
         assert reaction.answer.refused == QUEUE_FULL.format(1)
+
+    def test_a_sender_that_gave_up_gets_no_refusal(self):
+        # admit() timed out and answered its client: the event is answered and consumed
+        c = core("queue", cap=1)
+        started(c)
+        c.handle(Inbound(event("q")), ctx())
+        full, ticket = event("more"), AdmitTicket()
+        assert ticket.abandon() is None
+        reaction = c.handle(Inbound(full, refusable=True, ticket=ticket), ctx())
+        assert reaction.effects == [Notify(full, QUEUE_FULL.format(1), "rejected")]
+        assert reaction.answer.refused is None
+
+    def test_a_refusal_made_before_the_sender_gave_up_stands(self):
+        c = core("queue", cap=1)
+        started(c)
+        c.handle(Inbound(event("q")), ctx())
+        full, ticket = event("more"), AdmitTicket()
+        reaction = c.handle(Inbound(full, refusable=True, ticket=ticket), ctx())
+        assert reaction.effects == [Refuse(full, QUEUE_FULL.format(1))]
+        assert ticket.abandon() == QUEUE_FULL.format(1)  # the late reader acts on it
 
     def test_replayed_events_queue_without_interrupting(self):
         c = core("interrupt")

@@ -49,7 +49,7 @@ class TestSchema:
 
     def test_pragmas_and_version(self, db):
         assert _sql(db, "PRAGMA journal_mode") == [("wal",)]
-        assert _sql(db, "PRAGMA synchronous") == [(1,)]  # NORMAL
+        assert _sql(db, "PRAGMA synchronous") == [(2,)]  # FULL (store.synchronous)
         assert _sql(db, "PRAGMA foreign_keys") == [(1,)]
         assert _sql(db, "PRAGMA busy_timeout") == [(5000,)]
         assert _sql(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]

@@ -55,7 +55,9 @@ class TestRoutingScale:
         large, large_mirror = _cost_of_one_change(
             lambda: make_store(large_home / "sessions"), large_home, 10_000
         )
-        assert len(small) == len(large) == 3  # BEGIN, one upsert, COMMIT
-        assert [s.split()[0] for s in large] == ["BEGIN", "INSERT", "COMMIT"]
-        assert "ON CONFLICT" in large[1] and '"routing"' in large[1]
+        # BEGIN, the op list's id (ops.ListId), one upsert, COMMIT
+        assert len(small) == len(large) == 4
+        assert [s.split()[0] for s in large] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+        assert "applied_lists" in large[1]
+        assert "ON CONFLICT" in large[2] and '"routing"' in large[2]
         assert small_mirror == large_mirror == 0

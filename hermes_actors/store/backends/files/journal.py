@@ -16,7 +16,10 @@ the transcripts):
   saw is handed out again;
 - a session created, ended (with its reason) or charged tokens;
 - the housekeeping prunes of the three tables, so that a degraded run read back holds
-  what a database would, not every row since degraded mode began.
+  what a database would, not every row since degraded mode began;
+- the id of each op list (``ListId``) before its ops, when it has any of the above: a
+  list the database committed before its writer died unanswered, then applied here
+  again, is skipped at the import (the database recorded its id), so it counts once.
 
 A degraded start reads the journal back into memory. The next start with a working
 database applies it, in order, in one transaction that also records the journal's name
@@ -51,6 +54,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    ListId,
     Op,
     OutboxAppend,
     OutboxPrune,
@@ -71,7 +75,7 @@ IMPORTED_JOURNAL = "imported_journal"
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     AcceptEvent, ConsumeEvents, WithdrawEvent, PruneInbox, LedgerRecord, LedgerClaim,
     LedgerRelease, LedgerFinish, LedgerPrune, OutboxAppend, OutboxPrune, CreateSession,
-    EndSession, AddTokens)}
+    EndSession, AddTokens, ListId)}
 #: The operations journaled.
 JOURNALED: tuple[type, ...] = tuple(_TYPES.values())
 
@@ -129,9 +133,10 @@ class DegradedJournal:
     def append(self, ops: Iterable[Op]) -> None:
         """Append the journaled ones of ``ops`` durably; ``OSError`` when the disk refuses,
         ``UnicodeError`` for a text no file can hold."""
-        lines = [_line(op) for op in ops if isinstance(op, JOURNALED)]
-        if not lines:
+        ops = [op for op in ops if isinstance(op, JOURNALED)]
+        if all(type(op) is ListId for op in ops):  # nothing journaled but the list's id
             return
+        lines = [_line(op) for op in ops]
         data = "".join(line + "\n" for line in lines).encode()
         with self._lock:
             if not self._named:

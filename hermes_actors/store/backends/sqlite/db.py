@@ -65,7 +65,7 @@ from hermes_actors.store.backends.sqlite.schema import (
     migrate,
     repair_canonical_tables,
 )
-from hermes_actors.store.ops import Op
+from hermes_actors.store.ops import ListId, Op
 from hermes_actors.store.protocol import DIAGNOSTIC_TABLES, OUTBOX_COLUMNS
 from hermes_actors.store.restarts import parse_restart_counts
 from hermes_actors.store.routing import (
@@ -103,6 +103,12 @@ WRITE_ATTEMPTS = 3
 #: Environment variable that picks where writes are committed: ``thread`` or ``process``.
 WRITER_ENV = "HERMES_ACTORS_DB_WRITER"
 _WRITERS = ("thread", "process")
+#: ``PRAGMA synchronous`` levels of a connection that writes (``store.synchronous``; the
+#: config's ``SYNCHRONOUS_LEVELS``, repeated here so the writer child never imports the
+#: configuration). ``full``: the log is synced at every COMMIT, so a committed write (an
+#: acknowledged message) survives a power loss; ``normal``: only at checkpoints, so it
+#: survives a process crash but an OS crash or a power loss may roll the last commits back.
+SYNCHRONOUS = ("full", "normal")
 
 
 #: Database errors that reject one list's writes (a constraint, a statement or a value):
@@ -121,12 +127,12 @@ def _may_be_index_damage(exc: Exception) -> bool:
     return not any(marker in text for marker in _ENVIRONMENTAL)
 
 
-def _pragmas(read_only: bool, writer: str) -> list[tuple[str, Any]]:
+def _pragmas(read_only: bool, writer: str, synchronous: str) -> list[tuple[str, Any]]:
     if read_only:
         return [("busy_timeout", BUSY_TIMEOUT_MS), ("query_only", 1)]
     pragmas = [
         ("journal_mode", "wal"),
-        ("synchronous", "normal"),
+        ("synchronous", synchronous),
         ("foreign_keys", "on"),
         ("busy_timeout", BUSY_TIMEOUT_MS),
     ]
@@ -189,6 +195,9 @@ class SessionDB:
     ``HERMES_ACTORS_DB_WRITER`` environment variable, else ``"process"`` when gevent has
     patched ``threading`` and ``"thread"`` otherwise. ``"inline"`` runs every call in the
     caller's own thread, for a process with a single thread (the writer process itself).
+
+    ``synchronous`` is SQLite's ``PRAGMA synchronous`` on every connection that writes (this
+    handle's, and the writer process's): ``"full"`` or ``"normal"`` (:data:`SYNCHRONOUS`).
     """
 
     #: The backend's kind (``Backend.kind``).
@@ -197,9 +206,14 @@ class SessionDB:
     local = True
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
-                 writer: str | None = None) -> None:
+                 writer: str | None = None, synchronous: str = "full") -> None:
+        if synchronous not in SYNCHRONOUS:
+            raise ConfigError(f"config key 'store.synchronous': expected one of "
+                              f"{', '.join(SYNCHRONOUS)}, got {synchronous!r}")
         #: Where the database lives.
         self.path = Path(path)
+        #: ``PRAGMA synchronous`` of the connections that write (``"full"`` or ``"normal"``).
+        self.synchronous = synchronous
         #: Whether this handle was opened read-only.
         self.read_only = read_only
         #: ``"thread"``, ``"process"`` or ``"inline"``: where this handle's writes are committed.
@@ -233,7 +247,7 @@ class SessionDB:
 
         self._writer_lock = writer_lock(self.path, BUSY_TIMEOUT_MS / 1000, gevent.sleep)
         try:
-            self._writer = WriterProcess(self.path, self._writer_lock)
+            self._writer = WriterProcess(self.path, self._writer_lock, self.synchronous)
         except OSError as exc:
             raise StoreUnavailableError(
                 f"cannot start the database writer process for {self.path}: {exc}") from None
@@ -258,7 +272,7 @@ class SessionDB:
             target, extra = str(self.path), {}
         self._database = pw.SqliteDatabase(
             target,
-            pragmas=_pragmas(self.read_only, self.writer),
+            pragmas=_pragmas(self.read_only, self.writer, self.synchronous),
             thread_safe=False,
             autoconnect=False,
             lock_type="IMMEDIATE",
@@ -361,6 +375,16 @@ class SessionDB:
         Bypasses the writer process; a write here commits at once (autocommit)."""
         return self._run(lambda: self._database.execute_sql(statement, params).fetchall())
 
+    def writer_pragma(self, name: str) -> Any:
+        """The value of ``PRAGMA name`` on the connection that commits this handle's writes
+        (the writer process's when there is one): a diagnostic, e.g. ``synchronous``."""
+        if not name.isidentifier():
+            raise ValueError(f"not a pragma name: {name!r}")
+        if self._writer is not None:
+            return self._writer.pragma(name)
+        return self._run(
+            lambda: self._database.execute_sql(f"PRAGMA {name}").fetchone()[0])
+
     def set_trace_callback(self, callback: Callable[[str], None] | None) -> None:
         """Call ``callback(sql)`` for every statement run on this process's connection
         (diagnostics, benchmarks, tests; a writer process's statements are not seen)."""
@@ -402,7 +426,11 @@ class SessionDB:
         if len(lists) > 1:
             try:
                 with self._database.atomic():
-                    results = [[self._ops.apply(op) for op in ops] for ops in lists]
+                    # one statement records every list's id (ops.ListId) for the group
+                    heads = [(ops[0].list_id, ops[0].at) for ops in lists
+                             if ops and type(ops[0]) is ListId]
+                    fresh = self._ops.record_lists(heads) if heads else None
+                    results = [self._ops.apply_list(ops, fresh) for ops in lists]
             except Exception as exc:  # noqa: BLE001 - replayed one by one below
                 self._ops.committed(False)
                 log.debug("group commit of %d lists failed (%s); applying them one by one",
@@ -427,7 +455,7 @@ class SessionDB:
         while True:
             try:
                 with self._database.atomic():
-                    results = [self._ops.apply(op) for op in ops]
+                    results = self._ops.apply_list(ops)
             except pw.DatabaseError as exc:
                 self._ops.committed(False)
                 if (

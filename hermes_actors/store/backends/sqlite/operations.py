@@ -37,6 +37,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    ListId,
     NodeValue,
     Op,
     OutboxAppend,
@@ -176,6 +177,15 @@ def _json(value: Any) -> str | None:
     return None if value is None else to_json(value)
 
 
+#: How many of the latest op list ids ``applied_lists`` keeps: far more than can be in
+#: flight when a writer dies (a group commit's lists, the pipe's queue).
+KEPT_LIST_IDS = 65_536
+#: Every this many recording transactions, the older ids are deleted.
+PRUNE_LIST_IDS_EVERY = 1024
+_PRUNE_LIST_IDS = ("DELETE FROM applied_lists WHERE rowid <="
+                   " (SELECT max(rowid) FROM applied_lists) - ?")
+
+
 class SqliteOps:
     """Applies operations to one SQLite database (call only on its worker thread)."""
 
@@ -187,6 +197,9 @@ class SqliteOps:
         #: and forgetting an old id only costs one ``INSERT OR IGNORE`` at its next append.
         self._known: LRUCache[str, bool] = LRUCache(maxsize=KNOWN_SESSIONS)
         self._known_in_txn: set[str] = set()
+        #: Transactions that recorded list ids (``applied_lists`` is pruned every
+        #: :data:`PRUNE_LIST_IDS_EVERY`).
+        self._recorded = 0
         self._handlers: dict[type, Callable[[Any], Any]] = {
             CreateSession: self._create_session,
             EndSession: self._end_session,
@@ -209,6 +222,38 @@ class SqliteOps:
             NodeValue: self._node_value,
             SetSessionRestarts: self._session_restarts,
         }
+
+    def record_lists(self, ids: list[tuple[str, float]]) -> set[str]:
+        """Record the ids of op lists about to be applied in this transaction (one
+        statement for a whole group commit); the ones new here (the others are replays)."""
+        rows = self._db.execute_sql(
+            "INSERT INTO applied_lists (list_id) VALUES "
+            + ", ".join(["(?)"] * len(ids))
+            + " ON CONFLICT (list_id) DO NOTHING RETURNING list_id",
+            [list_id for list_id, _ in ids]).fetchall()
+        self._recorded += 1
+        if self._recorded % PRUNE_LIST_IDS_EVERY == 0:  # (a rowid range: cheap)
+            self._db.execute_sql(_PRUNE_LIST_IDS, (KEPT_LIST_IDS,))
+        return {row[0] for row in rows}
+
+    def apply_list(self, ops: list[Op], fresh: set[str] | None = None) -> list[Any]:
+        """Run ``ops`` in order inside the caller's transaction; their results. The ops
+        after a :class:`ListId` whose id was applied before are skipped (``None``);
+        ``fresh``: the new ids of this transaction when a leading one was recorded already
+        (:meth:`record_lists`)."""
+        results: list[Any] = []
+        skipping = False
+        for index, op in enumerate(ops):
+            if type(op) is ListId:
+                if index == 0 and fresh is not None:
+                    new = op.list_id in fresh
+                else:
+                    new = bool(self.record_lists([(op.list_id, op.at)]))
+                skipping = not new
+                results.append(new)
+            else:
+                results.append(None if skipping else self.apply(op))
+        return results
 
     def apply(self, op: Op) -> Any:
         """Run one operation inside the caller's transaction; return its result."""

@@ -281,6 +281,14 @@ def _rebuild_deliveries(database: pw.Database) -> None:
         database.execute_sql(statement)
 
 
+#: Migration 8: the ids of the op lists applied last (``ops.ListId``), so a replayed list is
+#: applied once. Only the latest ones are kept (``operations.KEPT_LIST_IDS``, pruned by
+#: rowid): a replay can only be of a list in flight when the writer died, and nothing is
+#: written here between that and the import of the degraded run's journal.
+APPLIED_LISTS_DDL: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS applied_lists (list_id TEXT NOT NULL UNIQUE)",
+)
+
 #: Migration 7: routing flags as columns, ledger ownership by gateway boot, node state.
 FLAGS_AND_NODES: tuple[Step, ...] = (_rebuild_routing, _rebuild_deliveries, *NODE_DDL)
 
@@ -288,7 +296,7 @@ FLAGS_AND_NODES: tuple[Step, ...] = (_rebuild_routing, _rebuild_deliveries, *NOD
 #: an SQL statement or a function of the database (run in the migration's transaction).
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     CANONICAL_DDL + FTS_DDL, OUTBOX_DDL, _ROUTING_RECOVERY_V3, _ROUTING_RECOVERY_V4,
-    INGRESS_DDL, IN_REPLY_TO_DDL, FLAGS_AND_NODES,
+    INGRESS_DDL, IN_REPLY_TO_DDL, FLAGS_AND_NODES, APPLIED_LISTS_DDL,
 )
 #: The schema version this code writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -327,6 +335,7 @@ LATEST_DDL: tuple[str, ...] = (
         in_reply_to TEXT)""",
     OUTBOX_DDL[1],
     *NODE_DDL,
+    *APPLIED_LISTS_DDL,
 )
 
 

@@ -18,19 +18,26 @@ import signal
 import sys
 from typing import Any
 
-from hermes_actors.errors import StoreError, StoreUnavailableError
+from hermes_actors.errors import ConfigError, StoreError, StoreUnavailableError
 from hermes_actors.store.backends.sqlite.checkpointer import Checkpointer
 from hermes_actors.store.backends.sqlite.db import SessionDB
 from hermes_actors.store.backends.sqlite.writer_process import (
     HEADER,
     OPS_FINGERPRINT,
+    PRAGMA_TAG,
     decode_ops,
     encode_frame,
 )
 
-__all__ = ["serve"]
+__all__ = ["AFTER_COMMIT", "serve"]
 
 _PR_SET_PDEATHSIG = 1
+#: The crash point of the child (``HERMES_ACTORS_CRASHPOINT``, the variable of
+#: ``hermes_actors.runtime.crash``, which this process does not import): it exits at once
+#: after a frame's COMMIT, before its answer, so the parent never learns the outcome and
+#: fails the frame's op lists over (they are then applied again: once, by their ListId).
+AFTER_COMMIT = "db_writer_after_commit"
+_CRASH_ARMED = os.environ.get("HERMES_ACTORS_CRASHPOINT") == AFTER_COMMIT
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -78,7 +85,12 @@ def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
     """Apply the readable op lists as one group; an unreadable list fails alone."""
     lists: list[Any] = []
     outcomes: list[tuple[bool, Any] | None] = []
+    pragmas: list[tuple[int, str]] = []
     for blob in blobs:
+        if blob[:1] == PRAGMA_TAG:  # a diagnostic, answered after the group commit
+            pragmas.append((len(outcomes), blob[1:].decode()))
+            outcomes.append((False, None))
+            continue
         try:
             lists.append(decode_ops(blob))
             outcomes.append(None)
@@ -89,10 +101,17 @@ def _apply_frame(db: Any, blobs: list[bytes]) -> list[tuple[bool, Any]]:
         applied = iter(db.apply_lists(lists) if lists else [])
     except Exception as exc:  # noqa: BLE001 - a failure of the group fails its lists
         applied = iter([(False, exc)] * len(lists))
-    return [next(applied) if outcome is None else outcome for outcome in outcomes]
+    answers = [next(applied) if outcome is None else outcome for outcome in outcomes]
+    for index, name in pragmas:
+        try:
+            answers[index] = (True, db.writer_pragma(name))
+        except Exception as exc:  # noqa: BLE001 - raised in the asking caller
+            answers[index] = (False, exc)
+    return answers
 
 
-def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int:
+def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT,
+          synchronous: str = "full") -> int:
     """The child's main loop: answer frames until end-of-file (opening the database at the
     first one)."""
     _die_with_parent(parent_pid)
@@ -114,13 +133,19 @@ def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int
                 return 0
             if db is None:
                 try:
-                    db = SessionDB(path, writer="inline")  # this thread owns the connection
-                except StoreError as exc:
+                    # this thread owns the connection
+                    db = SessionDB(path, writer="inline", synchronous=synchronous)
+                except (StoreError, ConfigError) as exc:
                     error = StoreUnavailableError(f"the database writer cannot open it: {exc}")
                     _write_blocking(answers, _answer([(False, error)] * len(blobs)))
                     return 1
                 checkpointer = Checkpointer(path)  # commits never copy the log back
-            _write_blocking(answers, _answer(_apply_frame(db, blobs)))
+            outcomes = _apply_frame(db, blobs)
+            if _CRASH_ARMED and any(ok for ok, _ in outcomes):
+                sys.stderr.write(f"hermes_actors: crash point {AFTER_COMMIT} reached, exiting\n")
+                sys.stderr.flush()
+                os._exit(137)
+            _write_blocking(answers, _answer(outcomes))
     finally:
         if checkpointer is not None:
             checkpointer.close()
@@ -129,4 +154,4 @@ def serve(path: str, parent_pid: int, fingerprint: str = OPS_FINGERPRINT) -> int
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4]))
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]))

@@ -55,7 +55,7 @@ from hermes_actors.store.backends.sqlite.executor import MAX_GROUP, call_back
 from hermes_actors.store.ops import Op
 
 __all__ = ["CHILD_MODULE", "HEADER", "LOCK_SUFFIX", "MAX_IN_FLIGHT", "OPS_FINGERPRINT",
-           "WriterProcess", "decode_ops", "encode_frame", "encode_ops", "writer_lock"]
+           "PRAGMA_TAG", "WriterProcess", "decode_ops", "encode_frame", "encode_ops", "writer_lock"]
 
 log = logging.getLogger("hermes_actors.store")
 
@@ -79,6 +79,9 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _CLASSES: tuple[type, ...] = get_args(Op)
 _CODES = {cls: code for code, cls in enumerate(_CLASSES)}
 _ROWS, _OBJECTS = b"R", b"O"
+#: The tag of a diagnostic request in a frame's place of an op list: ``PRAGMA <name>`` on
+#: the child's connection (:meth:`WriterProcess.pragma`), answered ``(True, value)``.
+PRAGMA_TAG = b"P"
 
 
 def _positional_fields(cls: type) -> tuple[str, ...]:
@@ -211,7 +214,7 @@ class WriterProcess:
     is killed or times out can never leave half a frame behind.
     """
 
-    def __init__(self, path: Path, lock_fd: int) -> None:
+    def __init__(self, path: Path, lock_fd: int, synchronous: str = "full") -> None:
         import gevent
         import gevent.event
         import gevent.hub
@@ -235,14 +238,14 @@ class WriterProcess:
         self._reaped = False
         #: Frames answered, op lists answered, the most lists in one frame.
         self.frames = self.lists = self.largest = 0
-        self.pid = self._spawn(path, lock_fd)
+        self.pid = self._spawn(path, lock_fd, synchronous)
         self._wake = self._event()
         self._watcher = self._hub.loop.io(self._rep_r, 1)
         self._watcher.ref = False  # an idle writer must not keep the hub's loop alive
         self._sender = gevent.spawn(self._send_loop)
         self._reader = gevent.spawn(self._read_loop)
 
-    def _spawn(self, path: Path, lock_fd: int) -> int:
+    def _spawn(self, path: Path, lock_fd: int, synchronous: str) -> int:
         from gevent.monkey import get_original
 
         fds: list[int] = []
@@ -266,7 +269,8 @@ class WriterProcess:
         try:
             pid = get_original("os", "posix_spawn")(
                 sys.executable,
-                [sys.executable, "-m", CHILD_MODULE, str(path), str(os.getpid()), OPS_FINGERPRINT],
+                [sys.executable, "-m", CHILD_MODULE, str(path), str(os.getpid()), OPS_FINGERPRINT,
+                 synchronous],
                 env,
                 file_actions=[(dup2, req_r, 0), (dup2, rep_w, 1), (dup2, lock_copy, _LOCK_FD)],
             )
@@ -356,6 +360,20 @@ class WriterProcess:
         """Commit ``ops`` as one transaction (grouped with others); its results, or raise."""
         blob = encode_ops(ops)
         if self._native_ident() == self._hub_thread:  # (in the hub: _in_hub(), inlined)
+            waiter = self._waiter()
+            self._submit(blob, waiter)
+            ok, value = waiter.get()
+        else:
+            ok, value = self._from_other_thread(lambda finished: self._submit(blob, finished))
+        if ok:
+            return value
+        raise value
+
+    def pragma(self, name: str) -> Any:
+        """``PRAGMA name`` as the child's connection answers it (a diagnostic: it rides in a
+        frame like an op list, after the frame's group commit)."""
+        blob = PRAGMA_TAG + name.encode()
+        if self._in_hub():
             waiter = self._waiter()
             self._submit(blob, waiter)
             ok, value = waiter.get()
