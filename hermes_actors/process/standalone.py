@@ -278,7 +278,10 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     report_box: list[Any] = []
     app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None)
     try:
-        server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout)
+        server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout,
+                             max_connections=http.max_connections,
+                             header_timeout=http.header_timeout,
+                             keepalive_timeout=http.keepalive_timeout)
     except OSError as exc:
         reason = exc.strerror or str(exc)  # (a failed name lookup's errno is negative)
         raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None
