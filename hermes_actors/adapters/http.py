@@ -4,7 +4,7 @@ Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (
 cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
 /v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
-``/healthz``. What a request may say is decided by the pure functions of
+``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
 outbox (:mod:`~hermes_actors.adapters.outbox`).
@@ -32,6 +32,8 @@ from hermes_actors.adapters.http_requests import (
     check_bearer,
     decode_json_body,
     decode_path,
+    is_authorized,
+    log_field,
     parse_content_length,
     parse_count,
     parse_message,
@@ -252,13 +254,16 @@ class HttpApi:
         except HermesActorsError as exc:  # the gateway is not running (stopping)
             response = _json(503, {"error": str(exc)})
         except Exception:  # noqa: BLE001 - never a traceback to a client
-            log.exception("error answering %s %s", environ.get("REQUEST_METHOD"), route)
+            log.exception("error answering %s %s", log_field(environ.get("REQUEST_METHOD")),
+                          route)
             response = _json(500, {"error": "internal error (see the gateway log)"})
         if request is not None and request.body_pending:
             response.headers.append(("Connection", "close"))
         self.metrics.requests.labels(route, str(response.status)).inc()
-        access_log.info("method=%s path=%s status=%d ms=%.1f", environ.get("REQUEST_METHOD"),
-                        environ.get("PATH_INFO"), response.status,
+        # (every client-given field escaped: a %0A in the path must not start a line)
+        access_log.info("method=%s path=%s status=%d ms=%.1f",
+                        log_field(environ.get("REQUEST_METHOD")),
+                        log_field(environ.get("PATH_INFO")), response.status,
                         (time.perf_counter() - began) * 1000.0)
         reason = _REASONS.get(response.status, "")
         start_response(f"{response.status} {reason}", response.headers)
@@ -291,9 +296,14 @@ class HttpApi:
     # -- routes -----------------------------------------------------------------------------
 
     def _healthz(self, request: _Request) -> _Response:
+        """Open to anyone; with ``http.token`` set, only a client that sends it learns more
+        than the status (the pid and the node id are no business of a stranger's)."""
         running = self._gw.running and self.accepting
         status = "ok" if running else "stopping"
-        body: dict[str, Any] = {"status": status, "pid": os.getpid()}
+        body: dict[str, Any] = {"status": status}
+        if not is_authorized(request.environ.get("HTTP_AUTHORIZATION"), self._token):
+            return _json(200 if running else 503, body)
+        body["pid"] = os.getpid()
         if self._gw.running:
             body["degraded"] = bool(self._gw.store.degraded)
             body["node_id"] = self._gw.store.node_id
