@@ -377,12 +377,13 @@ class HttpApi:
             raise RequestError(404, f"no session with key {key!r}")
         tail = parse_count(parse_query(request.query), "tail", default=20, minimum=0)
         stats = self._gw.session_statistics(key)
-        transcript = self._gw.store.load_transcript(entry.session_id)
+        # only the tail is read: a long transcript is never loaded whole for a look at it
+        transcript = self._gw.store.load_transcript_tail(entry.session_id, tail) if tail else []
         return _json(200, {
             "entry": entry.to_dict(),
             "queue_depth": stats.queue_depth if stats is not None else 0,
             "running": bool(stats.running) if stats is not None else False,
-            "transcript_tail": transcript[-tail:] if tail else [],
+            "transcript_tail": transcript,
         })  # fmt: skip
 
 

@@ -116,3 +116,40 @@ class TestOpenBindWarning:
         gateway = start_gateway()
         assert gateway.stop() == 0
         assert "event=unauthenticated_bind" not in gateway.stderr.text()
+
+
+class TestSessionTail:
+    def test_only_the_tail_is_read(self):
+        calls: list[tuple] = []
+
+        class Store:
+            degraded, node_id = False, "n"
+
+            def load_transcript(self, *args, **kwargs):
+                raise AssertionError("the whole transcript was read for its tail")
+
+            def load_transcript_tail(self, session_id, limit):
+                calls.append((session_id, limit))
+                return [{"role": "user", "content": f"m{n}"} for n in range(limit)]
+
+        class Gateway(_Gateway):
+            store = Store()
+
+            def session_entry(self, key):
+                return SimpleNamespace(session_id="sid-1", to_dict=lambda: {"key": key})
+
+            def session_statistics(self, key):
+                return None
+
+        settings = SimpleNamespace(token=None, max_body=1024, platforms=("webhook",))
+        api = HttpApi(Gateway(), outbox=None, settings=settings)
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/v1/sessions/k", "QUERY_STRING": "",
+                   "wsgi.input": io.BytesIO(b"")}
+        body = json.loads(b"".join(api(environ, lambda status, headers: None)))
+        assert calls == [("sid-1", 20)] and len(body["transcript_tail"]) == 20
+        environ["QUERY_STRING"] = "tail=3"
+        body = json.loads(b"".join(api(environ, lambda status, headers: None)))
+        assert calls[-1] == ("sid-1", 3) and len(body["transcript_tail"]) == 3
+        environ["QUERY_STRING"] = "tail=0"
+        body = json.loads(b"".join(api(environ, lambda status, headers: None)))
+        assert len(calls) == 2 and body["transcript_tail"] == []
