@@ -216,3 +216,17 @@ class TestConfig:
     def test_invalid_values_name_the_key(self, key, value):
         with pytest.raises(ConfigError, match=f"http.{key}"):
             load_config({"http": {key: value}}, env={})
+
+
+def test_the_gevent_hooks_the_server_relies_on_exist():
+    """The handler overrides gevent's ``read_requestline``, ``read_request`` and
+    ``_handle_client_error`` (the head's deadline and its 408): if a gevent release renames
+    them, this fails here rather than the deadline silently not applying."""
+    import inspect
+
+    from gevent.pywsgi import WSGIHandler
+
+    for name in ("handle", "read_requestline", "read_request", "_handle_client_error"):
+        assert callable(getattr(WSGIHandler, name, None)), name
+    source = inspect.getsource(WSGIHandler.handle_one_request)
+    assert "self.read_requestline()" in source and "self._handle_client_error(" in source
