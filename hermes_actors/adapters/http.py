@@ -4,7 +4,7 @@ Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (
 cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
 /v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
-``/healthz``. What a request may say is decided by the pure functions of
+``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
 outbox (:mod:`~hermes_actors.adapters.outbox`).
@@ -32,6 +32,8 @@ from hermes_actors.adapters.http_requests import (
     check_bearer,
     decode_json_body,
     decode_path,
+    is_authorized,
+    log_field,
     parse_content_length,
     parse_count,
     parse_message,
@@ -252,13 +254,16 @@ class HttpApi:
         except HermesActorsError as exc:  # the gateway is not running (stopping)
             response = _json(503, {"error": str(exc)})
         except Exception:  # noqa: BLE001 - never a traceback to a client
-            log.exception("error answering %s %s", environ.get("REQUEST_METHOD"), route)
+            log.exception("error answering %s %s", log_field(environ.get("REQUEST_METHOD")),
+                          route)
             response = _json(500, {"error": "internal error (see the gateway log)"})
         if request is not None and request.body_pending:
             response.headers.append(("Connection", "close"))
         self.metrics.requests.labels(route, str(response.status)).inc()
-        access_log.info("method=%s path=%s status=%d ms=%.1f", environ.get("REQUEST_METHOD"),
-                        environ.get("PATH_INFO"), response.status,
+        # (every client-given field escaped: a %0A in the path must not start a line)
+        access_log.info("method=%s path=%s status=%d ms=%.1f",
+                        log_field(environ.get("REQUEST_METHOD")),
+                        log_field(environ.get("PATH_INFO")), response.status,
                         (time.perf_counter() - began) * 1000.0)
         reason = _REASONS.get(response.status, "")
         start_response(f"{response.status} {reason}", response.headers)
@@ -291,9 +296,14 @@ class HttpApi:
     # -- routes -----------------------------------------------------------------------------
 
     def _healthz(self, request: _Request) -> _Response:
+        """Open to anyone; with ``http.token`` set, only a client that sends it learns more
+        than the status (the pid and the node id are no business of a stranger's)."""
         running = self._gw.running and self.accepting
         status = "ok" if running else "stopping"
-        body: dict[str, Any] = {"status": status, "pid": os.getpid()}
+        body: dict[str, Any] = {"status": status}
+        if not is_authorized(request.environ.get("HTTP_AUTHORIZATION"), self._token):
+            return _json(200 if running else 503, body)
+        body["pid"] = os.getpid()
         if self._gw.running:
             body["degraded"] = bool(self._gw.store.degraded)
             body["node_id"] = self._gw.store.node_id
@@ -367,12 +377,13 @@ class HttpApi:
             raise RequestError(404, f"no session with key {key!r}")
         tail = parse_count(parse_query(request.query), "tail", default=20, minimum=0)
         stats = self._gw.session_statistics(key)
-        transcript = self._gw.store.load_transcript(entry.session_id)
+        # only the tail is read: a long transcript is never loaded whole for a look at it
+        transcript = self._gw.store.load_transcript_tail(entry.session_id, tail) if tail else []
         return _json(200, {
             "entry": entry.to_dict(),
             "queue_depth": stats.queue_depth if stats is not None else 0,
             "running": bool(stats.running) if stats is not None else False,
-            "transcript_tail": transcript[-tail:] if tail else [],
+            "transcript_tail": transcript,
         })  # fmt: skip
 
 
@@ -417,20 +428,111 @@ def no_delay(sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def make_server(app: HttpApi, host: str, port: int, *,
-                socket_timeout: float | None = None) -> Any:
+#: Defaults of :func:`make_server`'s limits (``http.max_connections``, ``http.header_timeout``,
+#: ``http.keepalive_timeout``).
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_KEEPALIVE_TIMEOUT = 15.0
+
+
+class _HeadTimeout(ValueError):
+    """The request line and headers did not arrive within ``http.header_timeout`` (raised
+    into the handler's greenlet by its deadline; a ``ValueError`` so that gevent hands it
+    to ``_handle_client_error`` like any other unreadable head)."""
+
+
+def make_server(app: Any, host: str, port: int, *,
+                socket_timeout: float | None = None,
+                max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                header_timeout: float | None = DEFAULT_HEADER_TIMEOUT,
+                keepalive_timeout: float | None = DEFAULT_KEEPALIVE_TIMEOUT) -> Any:
     """A gevent ``WSGIServer`` for ``app`` bound to ``host:port`` (``port`` 0 picks a free
     one: read ``server.server_port``); every accepted connection sends without delay
     (:func:`no_delay`). The application logs its own access lines (``access_log``); server
     errors go to ``hermes_actors.http`` at ERROR.
 
-    ``socket_timeout`` bounds each read and write on a connection (``http.body_timeout``):
-    a client that sends half a request head and then nothing (slow loris), or a kept-alive
-    connection idle that long, is closed, so it cannot hold a connection forever."""
-    from gevent.pywsgi import LoggingLogAdapter, WSGIHandler, WSGIServer
+    What a client can hold (slow loris):
+
+    * ``max_connections`` connections are served at once (a ``gevent.pool.Pool`` spawns
+      their handlers); while it is full the server stops accepting, so further connections
+      wait in the listen backlog (and the kernel refuses them beyond it) until one closes;
+    * ``header_timeout``: the whole request line and headers must arrive within that many
+      seconds of the connection being accepted (of the first byte of the request, on a
+      kept-alive connection), however slowly the client dribbles them; then it is answered
+      408 and closed. ``None``: no deadline;
+    * ``keepalive_timeout``: a kept-alive connection idle that long between requests is
+      closed;
+    * ``socket_timeout`` bounds each read and write on a connection (``http.body_timeout``):
+      a client that stops sending or reading mid-request is cut off."""
+    import gevent
+    from gevent.pool import Pool
+    from gevent.pywsgi import MAX_REQUEST_LINE, LoggingLogAdapter, WSGIHandler, WSGIServer
 
     class _Handler(WSGIHandler):
+        #: Requests whose head this connection began to send.
+        _requests = 0
+        #: The running header deadline (a ``gevent.Timeout``), between the request line's
+        #: first byte and the end of the headers.
+        _deadline: Any = None
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            finally:
+                self._cancel_deadline()
+
+        def read_requestline(self) -> str:
+            # (gevent's hook: called once per request, before the headers are read)
+            if self._requests and not self._next_request_begins():
+                return ""  # idle too long, or the client closed: close the connection
+            self._requests += 1
+            if header_timeout:
+                self._deadline = gevent.Timeout(header_timeout, _HeadTimeout(
+                    f"request line and headers not received within {header_timeout:g} s"))
+                self._deadline.start()
+            try:
+                line = super().read_requestline()
+            except _HeadTimeout as exc:
+                self._cancel_deadline()
+                with contextlib.suppress(OSError):
+                    self.socket.sendall(_raw_answer(408, {"error": str(exc)}))
+                return ""
+            if not line or len(line) >= MAX_REQUEST_LINE:  # read_request is not called
+                self._cancel_deadline()
+            return line
+
+        def read_request(self, raw_requestline: str) -> Any:
+            try:
+                return super().read_request(raw_requestline)
+            finally:
+                self._cancel_deadline()  # the application runs without it
+
+        def _next_request_begins(self) -> bool:
+            """Wait (at most ``keepalive_timeout``) for the next request on a kept-alive
+            connection: whether its first byte came."""
+            sock, rfile = self.socket, self.rfile
+            if rfile is None or getattr(rfile, "closed", False):
+                return False
+            if not keepalive_timeout:
+                return True
+            previous = sock.gettimeout()
+            try:
+                sock.settimeout(keepalive_timeout)
+                return bool(rfile.peek(1))
+            except OSError:  # idle for keepalive_timeout (socket.timeout), or a reset
+                return False
+            finally:
+                with contextlib.suppress(OSError):
+                    sock.settimeout(previous)
+
+        def _cancel_deadline(self) -> None:
+            if self._deadline is not None:
+                self._deadline.close()
+                self._deadline = None
+
         def _handle_client_error(self, ex: BaseException) -> tuple[str, bytes]:
+            if isinstance(ex, _HeadTimeout):
+                return "408", _raw_answer(408, {"error": str(ex)})
             super()._handle_client_error(ex)  # (logs it)
             headers = getattr(self, "headers", None)  # (when the head was read that far)
             length = headers.get("content-length") if headers is not None else None
@@ -446,7 +548,7 @@ def make_server(app: HttpApi, host: str, port: int, *,
             return super().handle(sock, address)
 
     server = _Server(
-        (host, port), app, log=None,
+        (host, port), app, log=None, spawn=Pool(max_connections),
         error_log=LoggingLogAdapter(logging.getLogger("hermes_actors.http"), logging.ERROR),
     )
     server.init_socket()

@@ -37,6 +37,8 @@ __all__ = [
     "check_bearer",
     "decode_path",
     "decode_json_body",
+    "is_authorized",
+    "log_field",
     "parse_content_length",
     "unreadable_request",
     "parse_count",
@@ -113,6 +115,15 @@ def check_bearer(header: str | None, token: str | None) -> None:
     if not (hmac.compare_digest(_header_bytes(given), expected)
             or hmac.compare_digest(given.encode("utf-8"), expected)):
         raise RequestError(401, "invalid bearer token", _CHALLENGE)
+
+
+def is_authorized(header: str | None, token: str | None) -> bool:
+    """Whether :func:`check_bearer` passes (no token configured, or the right one sent)."""
+    try:
+        check_bearer(header, token)
+    except RequestError:
+        return False
+    return True
 
 
 def _header_bytes(value: str) -> bytes:
@@ -427,3 +438,39 @@ def decode_path(path_info: str) -> str:
         return path_info  # already text (a server that decodes UTF-8 itself)
     except UnicodeDecodeError:
         raise RequestError(400, "request path is not valid UTF-8") from None
+
+
+# -- logging --------------------------------------------------------------------------------
+
+#: Characters written as escapes in a logged field besides the non-printable ones: a space
+#: would end the ``key=value`` field, a backslash starts an escape, a quote could be taken
+#: for one.
+_LOG_ESCAPED = frozenset(' \\"')
+
+
+def log_field(value: object) -> str:
+    """``value`` as one ``key=value`` field of a log line, whatever a client put in it: every
+    control character (newlines, carriage returns, ESC ...), other unprintable one (U+2028,
+    C1 controls), space, backslash and double quote becomes a backslash escape (``\\n``,
+    ``\\x1b``, ``\\x20``, ``\\\\``), so a request cannot start a log line of its own or
+    forge a field (``GET /v1/x%0Amethod=FORGED``)."""
+    text = str(value)
+    if text.isprintable() and not _LOG_ESCAPED.intersection(text):
+        return text
+    return "".join(ch if ch.isprintable() and ch not in _LOG_ESCAPED else _escape_char(ch)
+                   for ch in text)
+
+
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\", '"': '\\"'}
+
+
+def _escape_char(ch: str) -> str:
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"

@@ -105,6 +105,12 @@ class HttpConfig:
     max_streams: int = _opt(_number(1, integer=True), 256)
     #: Seconds between keep-alive comments on an idle stream.
     stream_keepalive: float = _opt(_number(0.01), 15.0)
+    #: Connections served at once; further ones wait (in the listen backlog) for a slot.
+    max_connections: int = _opt(_number(1, integer=True, maximum=100_000), 1000)
+    #: Seconds the request line and headers together may take to arrive (then 408).
+    header_timeout: float = _opt(_number(0.001), 10.0)
+    #: Seconds a kept-alive connection may stay idle between requests before it is closed.
+    keepalive_timeout: float = _opt(_number(0.001), 15.0)
 
 
 @dataclass(frozen=True)

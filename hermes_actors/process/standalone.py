@@ -57,7 +57,7 @@ from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.homelock import HomeLock
 
-__all__ = ["RunOptions", "run"]
+__all__ = ["RunOptions", "open_bind_warning", "run"]
 
 log = logging.getLogger("hermes_actors.process")
 
@@ -227,6 +227,29 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bound address) is reachable from this machine only."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # (an IPv6 zone id)
+    except ValueError:
+        return host.lower() == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+def open_bind_warning(host: str, token: str | None) -> str | None:
+    """The warning logged at start when the server listens beyond loopback without a token
+    (``None`` when there is nothing to warn about)."""
+    if token or _is_loopback(host):
+        return None
+    return (f"event=unauthenticated_bind host={host} note=http.token is not set and the port "
+            "is reachable from other machines: anyone who can reach it can post messages as "
+            "any user and read every outbox; set http.token (HERMES_HTTP_TOKEN) or bind to "
+            "127.0.0.1")
+
+
 def _prune_outbox(outbox: Outbox, stop: Event) -> None:
     while True:
         try:
@@ -278,7 +301,10 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     report_box: list[Any] = []
     app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None)
     try:
-        server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout)
+        server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout,
+                             max_connections=http.max_connections,
+                             header_timeout=http.header_timeout,
+                             keepalive_timeout=http.keepalive_timeout)
     except OSError as exc:
         reason = exc.strerror or str(exc)  # (a failed name lookup's errno is negative)
         raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None
@@ -293,6 +319,9 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
             for adapter in platforms:
                 adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
+        warning = open_bind_warning(server.socket.getsockname()[0], http.token)
+        if warning:
+            log.warning("%s", warning)
         _log_event("ready", host=host, port=port, url=_url(host, port),
                    auth="token" if http.token else "none")
         pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)

@@ -116,6 +116,11 @@ class Backend(Protocol):
         before turn ``before_turn``'s first one, when given)."""
         ...
 
+    def load_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of a session's transcript, in order (§17.13 shape),
+        read without reading the rest (``GET /v1/sessions/<key>`` shows only a tail)."""
+        ...
+
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has."""
         ...

@@ -54,6 +54,12 @@ class SessionLifecycle:
         sid = validate_session_id(session_id)
         return self._core.read(lambda backend: backend.load_messages(sid, before_turn))
 
+    def load_transcript_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of ``session_id``'s transcript, in order, without
+        reading the rest."""
+        sid = validate_session_id(session_id)
+        return self._core.read(lambda backend: backend.load_tail(sid, limit))
+
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has."""
         sid = validate_session_id(session_id)

@@ -222,6 +222,11 @@ class SessionStore:
         """The transcript of ``session_id`` in order (§17.13 message dicts)."""
         return self._sessions.load_transcript(session_id, before_turn=before_turn)
 
+    def load_transcript_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of ``session_id``'s transcript, in order, without
+        reading the rest."""
+        return self._sessions.load_transcript_tail(session_id, limit)
+
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has."""
         return self._sessions.message_count(session_id)

@@ -99,7 +99,10 @@ class TestHealthAndMetrics:
 
     def test_healthz_needs_no_token(self, shared_gateway):
         status, _, body = shared_gateway.request("GET", "/healthz", token=False)
+        assert status == 200 and body == {"status": "ok"}  # (the pid is not a stranger's)
+        status, _, body = shared_gateway.request("GET", "/healthz")
         assert status == 200 and body["status"] == "ok" and body["degraded"] is False
+        assert body["pid"] == shared_gateway.proc.pid
 
     def test_metrics_expose_runtime_store_and_recovery_state(self, shared_gateway):
         shared_gateway.post("metrics", "x")

@@ -75,3 +75,16 @@ class TestTurnReplies:
                                                (sids[1], "t1"): "own row"}
         # without the marker's start only the turn's own reply rows count
         assert backend.turn_replies([(sids[1], "t1", None)]) == {}
+
+
+class TestTail:
+    """``load_tail``: the last messages in order, for ``GET /v1/sessions/<key>``."""
+
+    def test_the_last_messages_in_order(self, backend):
+        backend.apply([session(), *(message(f"m{n}", ts=T0 + n) for n in range(7))])
+        assert [m["content"] for m in backend.load_tail(SID, 3)] == ["m4", "m5", "m6"]
+        assert backend.load_tail(SID, 3) == backend.load_messages(SID)[-3:]
+        assert [m["content"] for m in backend.load_tail(SID, 100)] == [
+            f"m{n}" for n in range(7)]
+        assert backend.load_tail(SID, 0) == []
+        assert backend.load_tail("20231114_221320_00000009", 5) == []

@@ -363,6 +363,20 @@ class FilesBackend:
             return messages
         return messages + self._transcripts.load(session_id, before_turn=before_turn)
 
+    def load_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages: the JSONL file's last lines (the file is read
+        whole, as every read of it is), preceded by the old database's own tail when the
+        file has fewer (only that many rows are read there)."""
+        if limit <= 0:
+            return []
+        recent = self._transcripts.tail(session_id, limit)
+        if len(recent) < limit and self._previous is not None:
+            try:
+                recent = self._previous.load_tail(session_id, limit - len(recent)) + recent
+            except StoreError:
+                pass
+        return recent
+
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has (old database and JSONL)."""
         return len(self.load_messages(session_id))

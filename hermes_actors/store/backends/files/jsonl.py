@@ -61,6 +61,12 @@ class JsonlTranscripts:
             out.append(_public(record))
         return out
 
+    def tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of ``session_id`` in order (§17.13 shape)."""
+        if limit <= 0:
+            return []
+        return [_public(record) for record in self.records(session_id)[-limit:]]
+
     def turn_reply(self, session_id: str, token: str) -> dict[str, Any] | None:
         """The last final reply recorded for turn ``token``, or ``None``."""
         for record in reversed(self.records(session_id)):

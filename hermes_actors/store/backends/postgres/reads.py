@@ -149,10 +149,11 @@ class Reads:
 
     # -- transcripts ------------------------------------------------------------------------
 
-    def _messages(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+    def _messages(self, where: str, params: tuple[Any, ...],
+                  tail: str = "") -> list[dict[str, Any]]:
         def read(cur: Any) -> list[dict[str, Any]]:
             rows = cur.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
-                               " ORDER BY id", params).fetchall()
+                               f" ORDER BY id{tail}", params).fetchall()
             return [public_message(role, content, name, json.loads(calls) if calls else None,
                                    ts, tok)
                     for role, content, name, calls, ts, tok in rows]
@@ -169,6 +170,15 @@ class Reads:
             "session_id = %s AND id < COALESCE((SELECT min(id) FROM messages"
             " WHERE session_id = %s AND turn_token = %s), 9223372036854775807)",
             (session_id, session_id, before_turn))
+
+    def load_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of ``session_id`` in order; only those rows are
+        read (newest first by the primary key, ``LIMIT``, then reversed)."""
+        if limit <= 0:
+            return []
+        newest = self._messages("session_id = %s", (session_id, int(limit)), " DESC LIMIT %s")
+        newest.reverse()
+        return newest
 
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has."""

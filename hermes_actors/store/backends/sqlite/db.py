@@ -608,6 +608,16 @@ class SessionDB:
             (session_id, session_id, before_turn),
         ))
 
+    def load_tail(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages of ``session_id`` in order; only those rows are
+        read (newest first by the primary key, ``LIMIT``, then reversed)."""
+        if limit <= 0:
+            return []
+        newest = self._read(lambda: self._messages(
+            "session_id = ?", (session_id, int(limit)), " DESC LIMIT ?"))
+        newest.reverse()
+        return newest
+
     def message_count(self, session_id: str) -> int:
         """How many transcript messages ``session_id`` has."""
         return self._read(lambda: self._database.execute_sql(
