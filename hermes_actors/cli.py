@@ -261,19 +261,27 @@ def main(argv: list[str] | None = None) -> int:
         _discard_stdout()
         return 1
     except StoreUnreachableError as exc:
-        print(f"hermes-actors: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except StoreError as exc:
-        print(f"hermes-actors: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except CommandFailed as exc:
-        print(f"hermes-actors: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except HermesActorsError as exc:
-        print(f"hermes-actors: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _error(exc: BaseException) -> None:
+    """Print ``exc`` as the command's one error line, without a secret (a DSN's password:
+    :func:`~hermes_actors.model.dsn.scrub`)."""
+    from hermes_actors.model.dsn import scrub
+
+    print(f"hermes-actors: error: {scrub(str(exc))}", file=sys.stderr)
 
 
 def _discard_stdout() -> None:

@@ -44,6 +44,7 @@ from hermes_actors.adapters.http_requests import (
 from hermes_actors.adapters.http_stream import EventStream, StreamSlots, parse_stream_query
 from hermes_actors.adapters.outbox import Outbox
 from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.model.dsn import scrub
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.timeutil import from_epoch, isoformat
 
@@ -249,10 +250,11 @@ class HttpApi:
         except RequestError as exc:
             response = _json(exc.status, {"error": exc.message}, exc.headers)
         except StoreError as exc:
-            log.error("store failure answering %s: %s", route, exc)
-            response = _json(503, {"error": f"the session store is unavailable: {exc}"})
+            log.error("store failure answering %s: %s", route, scrub(str(exc)))
+            response = _json(503, {"error": "the session store is unavailable: "
+                                            + scrub(str(exc))})
         except HermesActorsError as exc:  # the gateway is not running (stopping)
-            response = _json(503, {"error": str(exc)})
+            response = _json(503, {"error": scrub(str(exc))})
         except Exception:  # noqa: BLE001 - never a traceback to a client
             log.exception("error answering %s %s", log_field(environ.get("REQUEST_METHOD")),
                           route)

@@ -2,18 +2,23 @@
 
 An agent is a plain object the runtime calls from a turn worker, never from an actor's
 mailbox, so it may block for as long as the turn takes; ``interrupt`` is called from another
-thread (or greenlet) and must make a running ``run_turn`` return soon.
+thread (or greenlet) and must make a running ``run_turn`` return soon. Only ``run_turn`` is
+required: ``interrupt``, ``release_clients``, ``close``, ``commit_memory`` and ``steer`` are
+called when the agent has them.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from hermes_actors.errors import ConfigError
 from hermes_actors.model.context import SessionContext
 
-__all__ = ["Agent", "TurnRequest", "TurnResult", "TurnStatus"]
+__all__ = ["Agent", "TurnRequest", "TurnResult", "TurnStatus", "check_agent",
+           "check_agent_factory"]
 
 TurnStatus = Literal["completed", "interrupted", "failed", "partial"]
 
@@ -134,9 +139,43 @@ class TurnRequest:
         return self._delegate(fn, label=label)
 
 
+def _no_run_turn(what: str, name: str) -> str:
+    return (f"{what}, and {name} has no run_turn(request) method: an agent needs run_turn "
+            "(interrupt, release_clients and close are optional)")
+
+
+def check_agent_factory(factory: Any) -> None:
+    """Refuse an ``agent_factory`` that cannot make agents, as far as can be told before it
+    makes one: not callable, or a class (or a function whose return annotation is a class)
+    without ``run_turn``. Raises :class:`~hermes_actors.errors.ConfigError` (one line)."""
+    if not callable(factory):
+        raise ConfigError(f"the agent factory is a {type(factory).__name__}, not a callable "
+                          "that makes agents")
+    made = factory if isinstance(factory, type) else None
+    if made is None:
+        try:
+            annotation = typing.get_type_hints(factory).get("return")
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve says nothing
+            annotation = None
+        made = annotation if isinstance(annotation, type) else None
+    if made is not None and not callable(getattr(made, "run_turn", None)):
+        raise ConfigError(_no_run_turn(f"the agent factory makes {made.__name__} objects",
+                                       made.__name__))
+
+
+def check_agent(agent: Any) -> Any:
+    """``agent``, if it has ``run_turn``; else a :class:`~hermes_actors.errors.ConfigError`
+    (the factory made something that is not an agent: the turn fails with that line)."""
+    if not callable(getattr(agent, "run_turn", None)):
+        name = type(agent).__name__
+        raise ConfigError(_no_run_turn(f"the agent factory made a {name}", name))
+    return agent
+
+
 @runtime_checkable
 class Agent(Protocol):
-    """What the runtime needs of an agent. ``commit_memory`` and ``steer`` are optional."""
+    """What the runtime needs of an agent: ``run_turn``. ``interrupt``, ``release_clients``,
+    ``close``, ``commit_memory`` and ``steer`` are optional (called when present)."""
 
     def run_turn(self, request: TurnRequest) -> TurnResult:
         """Run one turn and return its result; raising counts as a failed turn."""

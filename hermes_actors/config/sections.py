@@ -27,7 +27,7 @@ from hermes_actors.config._parsers import (
 )
 from hermes_actors.errors import ConfigError
 from hermes_actors.model.context import HomeChannel
-from hermes_actors.model.dsn import is_dsn
+from hermes_actors.model.dsn import is_dsn, remember
 
 # -- sections -------------------------------------------------------------------------------
 
@@ -159,6 +159,7 @@ def _dsn(key: str, value: Any) -> str | None:
             f"config key {key!r}: expected a PostgreSQL connection string "
             f"(postgresql://user:password@host:port/database, or 'host=... dbname=...'), "
             f"got {shown} (not shown: it may hold a password)")
+    remember(value.strip())  # (its password is scrubbed from whatever this process prints)
     return value.strip()
 
 

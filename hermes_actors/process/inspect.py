@@ -23,8 +23,9 @@ from hermes_actors.errors import (
     StoreError,
     StoreUnavailableError,
     StoreUnreachableError,
+    UsageError,
 )
-from hermes_actors.process.home import existing_home, home_config
+from hermes_actors.process.home import CONFIG_NAME, existing_home, home_config
 
 __all__ = ["cmd_db_check", "cmd_db_rebuild_fts", "cmd_sessions_list", "cmd_sessions_show"]
 
@@ -69,6 +70,35 @@ def _transcript(home: Path, db: Any, session_id: str) -> list[dict[str, Any]]:
 # -- db ----------------------------------------------------------------------------------------
 
 
+def _store_settings_given(home: Path) -> bool:
+    """Whether the store is named anywhere: a ``store`` section in ``<home>/config.yaml``, or a
+    ``HERMES_STORE_*`` variable."""
+    import os
+
+    import yaml
+
+    if any(name.startswith("HERMES_STORE_") for name in os.environ):
+        return True
+    try:
+        loaded = yaml.safe_load((home / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return (home / CONFIG_NAME).exists()
+    return isinstance(loaded, dict) and "store" in loaded
+
+
+def _refuse_a_home_without_store_settings(home: Path, config: Any) -> None:
+    """A PostgreSQL gateway's home (its ``node_id``, no ``state.db``) read without its store
+    settings would be reported degraded: say instead that no store settings were found."""
+    from hermes_actors.store.factory import DATABASE_NAME
+
+    if (config.store.backend == "sqlite" and not (home / DATABASE_NAME).exists()
+            and (home / "node_id").is_file() and not _store_settings_given(home)):
+        raise UsageError(
+            f"no store settings were found for {str(home)!r}: it has no {DATABASE_NAME} but a "
+            f"node_id (a PostgreSQL gateway's home); give store.backend: postgres and "
+            f"store.dsn in {home / CONFIG_NAME}, or HERMES_STORE_BACKEND and HERMES_STORE_DSN")
+
+
 def cmd_db_check(args: argparse.Namespace) -> int:
     """Print ``mode``/``integrity``/``fts``/``sessions``/``messages``; 0 only when all ok.
 
@@ -81,6 +111,7 @@ def cmd_db_check(args: argparse.Namespace) -> int:
     from hermes_actors.store.backends.files.mirror import MIRROR_NAME, read_mirror
 
     home = existing_home(args)
+    _refuse_a_home_without_store_settings(home, home_config(home))
     db = _open_db_read_only(home)
     if db is not None:
         try:

@@ -29,7 +29,7 @@ import sys
 from typing import Any
 
 from hermes_actors.errors import UsageError
-from hermes_actors.model.dsn import is_dsn, mask_dsn
+from hermes_actors.model.dsn import HIDDEN, dsn_secrets, is_dsn, mask_dsn
 from hermes_actors.process.home import CONFIG_NAME, existing_home, home_config
 
 __all__ = ["cmd_db_migrate", "same_database"]
@@ -84,15 +84,17 @@ def _summary(report: Any, home: Any, dsn: str) -> list[str]:
         lines.append(f"sequence {column}: next value {last + 1}")
     if report.node_id:
         lines.append(f"node id {report.node_id}: kept in {home / 'node_id'}")
-    shown = mask_dsn(dsn)
+    # a DSN with no secret is shown whole (to be copied); else host, port, dbname, user only
+    shown = dsn if not dsn_secrets(dsn) and mask_dsn(dsn) != HIDDEN else mask_dsn(dsn)
     lines += [
         "",
         f"state.db was not changed. To run this home on PostgreSQL, put this in "
         f"{home / CONFIG_NAME}:",
         "  store:",
         "    backend: postgres",
-        f"    dsn: {json.dumps(shown)}" + ("  # the DSN given to --to (password not shown)"
-                                           if shown != dsn else ""),
+        f"    dsn: {json.dumps(shown)}" + (
+            "  # the DSN given to --to, shown without its password (host, port, dbname and "
+            "user only): write it whole" if shown != dsn else ""),
         "(or set HERMES_STORE_BACKEND=postgres and HERMES_STORE_DSN), then start the gateway.",
     ]
     return lines

@@ -365,3 +365,22 @@ def configure_logging(level: str | None = None) -> None:
         level=LOG_LEVELS[name], stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _Scrubbed) for f in handler.filters):
+            handler.addFilter(_Scrubbed())
+
+
+class _Scrubbed(logging.Filter):
+    """Log lines without a DSN's secret (:func:`~hermes_actors.model.dsn.scrub`), whoever
+    logged them (a driver, a library)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = scrub(text)
+        if clean != text:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            shown = logging.Formatter().formatException(record.exc_info)
+            if scrub(shown) != shown:
+                record.exc_text = scrub(shown)
+        return True

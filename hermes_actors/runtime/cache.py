@@ -55,7 +55,7 @@ from hermes_actors.runtime.eviction import (
     plan_lru,
     plan_memory,
 )
-from hermes_actors.runtime.guard import call_agent
+from hermes_actors.runtime.guard import call_agent, call_optional
 from hermes_actors.runtime.memory import MB, MemoryProbe, malloc_trim, resolve_budget
 
 if TYPE_CHECKING:
@@ -436,7 +436,7 @@ class AgentCacheActor(LightActor):
             if callable(commit) and load is not None:
                 call_agent("commit_memory", session_key,
                            lambda: commit(load(slot.session_id)))
-            call_agent("release_clients", session_key, agent.release_clients)
+            call_optional("release_clients", session_key, agent, "release_clients")
 
         self._errands.run(release)
         if log.isEnabledFor(logging.DEBUG):  # (one frame less than debug() when off)
@@ -451,7 +451,7 @@ class AgentCacheActor(LightActor):
 
     def _close(self, session_key: str, agent: Any) -> None:
         self._closed += 1
-        self._errands.run(lambda: call_agent("agent close", session_key, agent.close))
+        self._errands.run(lambda: call_optional("agent close", session_key, agent, "close"))
 
 
 def wait_settled(cache: Any, timeout: float | None = None) -> None:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import pykka
 
 from hermes_actors._green import new_rlock
+from hermes_actors.agents.base import check_agent_factory
 from hermes_actors.agents.factory import agent_factory_from_config
 from hermes_actors.config import GatewayConfig, load_config, require_config
 from hermes_actors.errors import HermesActorsError, StoreError, StoreUnavailableError
@@ -223,6 +224,7 @@ class Gateway:
         written (no recovery, no marker)."""
         if self._state != "new":
             raise HermesActorsError(f"a gateway can be started once (it is {self._state})")
+        check_agent_factory(self._agent_factory)
         self.claim_home()
         try:
             return self._start()

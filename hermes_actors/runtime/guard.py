@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["call_agent", "is_greenlet_exit"]
+__all__ = ["call_agent", "call_optional", "is_greenlet_exit"]
 
 log = logging.getLogger("hermes_actors.agent")
 
@@ -30,3 +30,13 @@ def call_agent(what: str, session_key: str, fn: Callable[..., Any], *args: Any) 
             raise
         log.exception("%s failed session_key=%s", what, session_key)
         return None
+
+
+def call_optional(what: str, session_key: str, agent: Any, name: str, *args: Any) -> Any:
+    """:func:`call_agent` of ``agent.<name>(*args)`` when the agent has that method (``close``,
+    ``interrupt`` and ``release_clients`` are optional: an agent may have only
+    ``run_turn``); ``None`` without calling anything when it has not."""
+    fn = getattr(agent, name, None)
+    if not callable(fn):
+        return None
+    return call_agent(what, session_key, fn, *args)

@@ -18,7 +18,7 @@ from typing import Any
 import pykka
 
 from hermes_actors._green import brief_lock
-from hermes_actors.agents.base import TurnRequest, TurnResult
+from hermes_actors.agents.base import TurnRequest, TurnResult, check_agent
 from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.model.context import assemble_session_context, build_session_context_prompt
 from hermes_actors.model.entry import SessionEntry
@@ -31,7 +31,7 @@ from hermes_actors.runtime.cache import Checkin, Checkout
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import Delegation, format_completion
 from hermes_actors.runtime.eviction import should_check_pressure
-from hermes_actors.runtime.guard import call_agent, is_greenlet_exit
+from hermes_actors.runtime.guard import call_optional, is_greenlet_exit
 from hermes_actors.runtime.queueing import Queued
 from hermes_actors.runtime.services import Services
 from hermes_actors.store.turns import SessionExistsError, SessionGoneError, SessionRotatedError
@@ -130,7 +130,7 @@ class _NotRun(Exception):
 
 
 def _safe_interrupt(agent: Any, reason: str | None) -> None:
-    call_agent("agent.interrupt", "-", agent.interrupt, reason)
+    call_optional("agent.interrupt", "-", agent, "interrupt", reason)
 
 
 def _compose_message(item: Queued, shared: bool, redact_pii: bool = False) -> str:
@@ -249,7 +249,7 @@ def _run(services: Services, key: str, turn: RunningTurn, event: MessageEvent) -
                 session_key=key, shared=shared,  # (the actor's key is the source's)
             )
             if agent is None:
-                agent, fresh = services.agent_factory(context), True
+                agent, fresh = check_agent(services.agent_factory(context)), True
             turn.attach(agent)
             request = TurnRequest(
                 session_key=key,
@@ -390,7 +390,7 @@ def _check_in(services: Services, key: str, session_id: str, agent: Any, *,
         log.warning("the agent cache has stopped: the agent is not checked in "
                     "session_key=%s", key)
         if fresh:
-            call_agent("agent close", key, agent.close)
+            call_optional("agent close", key, agent, "close")
 
 
 def _return_unused(services: Services, key: str, session_id: str, checkout: Any) -> None:

@@ -3,6 +3,8 @@ keeps its store on the server, answers, stops cleanly and starts again on the sa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import run_cli
@@ -35,3 +37,17 @@ class TestRunOnPostgres:
         checked = run_cli("db", "check", "--home", str(home), env=env)
         assert checked.returncode == 0, checked.stderr
         assert "mode: postgres" in checked.stdout and "sessions: 3" in checked.stdout
+
+        # without the store's settings: not "degraded", but that none were found (one line)
+        unset = run_cli("db", "check", "--home", str(home))
+        assert unset.returncode == 2, unset.stdout
+        assert "mode: degraded" not in unset.stdout
+        [line] = unset.stderr.splitlines()
+        assert "no store settings were found" in line
+
+        # the settings in the home's config.yaml, as `run` reads them
+        (home / "config.yaml").write_text(
+            f"store:\n  backend: postgres\n  dsn: {json.dumps(postgres_dsn)}\n")
+        configured = run_cli("db", "check", "--home", str(home))
+        assert configured.returncode == 0, configured.stderr
+        assert "mode: postgres" in configured.stdout

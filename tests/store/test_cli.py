@@ -82,6 +82,16 @@ class TestDbCheck:
         assert code == 1 and out.splitlines()[0] == "mode: degraded"
         assert _listing(home) == []
 
+    def test_a_postgres_home_without_store_settings_says_so(self, capsys, home, monkeypatch):
+        for name in ("HERMES_STORE_BACKEND", "HERMES_STORE_DSN"):
+            monkeypatch.delenv(name, raising=False)
+        (home / "node_id").write_text("node-1\n")  # what a PostgreSQL gateway leaves
+        code, out, err = _run(capsys, "db", "check", "--home", str(home))
+        assert code == 2 and out == ""
+        [line] = err.splitlines()
+        assert "no store settings were found" in line and "config.yaml" in line
+        assert _listing(home) == ["node_id"]
+
     def test_home_option_wins_over_env(self, capsys, home, populated, monkeypatch, tmp_path):
         monkeypatch.setenv("HERMES_HOME", str(tmp_path / "elsewhere"))
         assert _run(capsys, "db", "check", "--home", str(home))[0] == 0

@@ -19,7 +19,6 @@ import yaml
 
 from hermes_actors import Gateway, load_config
 from hermes_actors.cli import main
-from hermes_actors.model.dsn import MASK
 from hermes_actors.store.backends.postgres.backend import PostgresBackend
 from hermes_actors.store.backends.postgres.schema import SCHEMA_VERSION
 from hermes_actors.store.backends.sqlite.db import SessionDB
@@ -285,7 +284,8 @@ class TestRefusals:
         code, _, err = migrate(capsys, home, dsn)
         assert code == 2
         line = one_error_line(err)
-        assert "s3cr3t-pw" not in line and f"hermes:{MASK}@127.0.0.1:9" in line
+        assert "s3cr3t-pw" not in line
+        assert "host=127.0.0.1 port=9 dbname=hermes user=hermes" in line
         assert not (home / "node_id").exists()
 
     def test_a_target_that_is_already_the_home_s_store(self, capsys, home, node, postgres_dsn):

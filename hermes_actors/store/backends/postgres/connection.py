@@ -9,8 +9,9 @@ statement with no ``BEGIN``/``COMMIT`` round trips, and the committer opens its
 transactions itself.
 
 Every text that leaves this backend (an exception, a log line) names the database by its
-masked DSN and passes a driver's message through :func:`~hermes_actors.model.dsn.scrub`,
-so a password in the DSN is never shown.
+DSN as :func:`~hermes_actors.model.dsn.mask_dsn` shows it (host, port, dbname and user
+only) and passes a driver's message through :func:`~hermes_actors.model.dsn.scrub`, so a
+password in the DSN is never shown.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hermes_actors.errors import (
     StoreUnavailableError,
     StoreUnreachableError,
 )
-from hermes_actors.model.dsn import mask_dsn, scrub
+from hermes_actors.model.dsn import mask_dsn, remember, scrub
 from hermes_actors.store.backends.postgres.greenwait import connection_class
 from hermes_actors.store.backends.postgres.schema import FENCED_SQLSTATE
 
@@ -59,20 +60,21 @@ class Server:
     def __init__(self, dsn: str, *, read_only: bool = False,
                  writer_idle_timeout: float | None = None) -> None:
         self._dsn = dsn
+        remember(dsn)
         #: Seconds the writer's connection may hold a transaction open between two
         #: statements before the server ends it (``None``: the server's setting). A cluster
         #: node sets it: a node paused inside a write still holds its fence's share lock on
         #: a lease row, and no other node could take that shard until the lock goes.
         self.writer_idle_timeout = writer_idle_timeout
-        #: The DSN as it may be shown (password masked).
+        #: The DSN as it may be shown (host, port, dbname and user only).
         self.where = mask_dsn(dsn)
         self.read_only = read_only
         try:
             options = conninfo.conninfo_to_dict(dsn)
-        except psycopg.Error as exc:
+        except psycopg.Error:  # (libpq's message may quote the DSN: never shown)
             raise StoreUnreachableError(
-                f"the store DSN {self.where} is not a valid connection string: "
-                f"{self.scrub(exc)}") from None
+                "the store DSN is not a valid connection string (libpq cannot parse it; "
+                "it is not shown, as it may hold a password)") from None
         self._params: dict[str, Any] = {"autocommit": True,
                                         "connect_timeout": CONNECT_TIMEOUT}
         if "application_name" not in options:
