@@ -165,12 +165,19 @@ class _Request:
         the answer before the client read it; a short bounded read lets a client that sent
         slightly too much see its 413. gevent would otherwise read and discard the whole
         body to reuse the connection, an unbounded read; the answer says
-        ``Connection: close`` instead. Only gevent's input object is touched.
+        ``Connection: close`` instead. Only gevent's input object is touched (its fields
+``send_100_continue_enabled``, ``content_length``, ``position``, ``chunked_input``), and
+only in gevent's tested range (``_versions.TESTED``).
         """
         stream: Any = self.environ.get("wsgi.input")
         if stream is None or not hasattr(stream, "send_100_continue_enabled"):
             return
         import gevent
+
+        from hermes_actors._versions import in_tested_range
+
+        if not in_tested_range("gevent", gevent.__version__):  # its Input's fields untested:
+            return  # gevent reads and drops the rest itself (the answer closes anyway)
 
         stream.send_100_continue_enabled = False  # the answer is out: no "100 Continue" now
         left = _LINGER_BYTES
