@@ -13,6 +13,7 @@ __all__ = [
     "FencedError",
     "HermesActorsError",
     "HomeInUseError",
+    "StoreBusyError",
     "StoreError",
     "StoreRejectedError",
     "StoreUnavailableError",
@@ -79,6 +80,12 @@ class StoreRejectedError(StoreError):
 class StoreUnavailableError(StoreError):
     """The store's database cannot be opened or written (the message says why): an embedded
     host gets it at start; a running gateway falls back to degraded mode instead."""
+
+
+class StoreBusyError(StoreError):
+    """The store's writes are backed up (its write queue is full): nothing of the call was
+    written; the caller may try again shortly. Not an outage (the database answers, only
+    slower than writes come in): the HTTP API answers 503 with ``Retry-After``."""
 
 
 class StoreUnreachableError(StoreUnavailableError):

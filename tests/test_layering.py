@@ -2,7 +2,7 @@
 
 Every ``import`` statement counts, wherever it is (module level, inside a function, under
 ``TYPE_CHECKING``), and so do the module names of the lazy export tables (``_EXPORTS``).
-The layers, lowest first: ``errors``/``_lazy``/``_green``; ``model``; ``config``; ``cluster``;
+The layers, lowest first: ``_versions``; ``errors``/``_lazy``/``_green``; ``model``; ``config``; ``cluster``;
 ``store``, ``agents`` and ``adapters``; ``runtime``; ``testing``; ``process``; ``cli``;
 ``__main__`` and the package itself. A package may import its own modules and those of lower
 layers only.
@@ -18,6 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "hermes_actors"
 
 LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"_versions"}),
     frozenset({"errors", "_lazy", "_green"}),
     frozenset({"model"}),
     frozenset({"config"}),

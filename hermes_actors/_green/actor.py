@@ -9,6 +9,7 @@ pykka's own inbox and futures.
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -17,9 +18,18 @@ from collections import deque
 from typing import Any
 
 import pykka
-from pykka._envelope import Envelope
 
 from hermes_actors._green import _patched, gevent_threading_patched, spawn
+from hermes_actors._versions import dist_version, in_tested_range
+
+#: pykka's version, from its dist-info (it has no ``__version__``).
+PYKKA_VERSION = dist_version("pykka", os.path.dirname(os.path.dirname(pykka.__file__)))
+#: Whether :class:`LightRef` and :class:`LightActor` borrow pykka's internals (its private
+#: ``_envelope.Envelope``, the attributes its ``Actor.__init__`` sets): only in the tested
+#: range of pykka (``_versions.TESTED``); outside it they use pykka's public methods.
+BORROW_PYKKA = in_tested_range("pykka", PYKKA_VERSION)
+if BORROW_PYKKA:
+    from pykka._envelope import Envelope
 
 __all__ = ["GreenFuture", "GreenInbox", "LightActor", "LightRef"]
 
@@ -163,6 +173,8 @@ class LightRef(pykka.ActorRef):
 
     def tell(self, message: Any) -> None:
         """See ``pykka.ActorRef.tell``."""
+        if not BORROW_PYKKA:
+            return super().tell(message)
         if self.actor_stopped.is_set():
             raise pykka.ActorDeadError(f"{self} not found")
         envelope = _new_envelope(Envelope)
@@ -171,6 +183,8 @@ class LightRef(pykka.ActorRef):
 
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
         """See ``pykka.ActorRef.ask``."""
+        if not BORROW_PYKKA:
+            return super().ask(message, block=block, timeout=timeout)
         future = self.actor_class._create_future()
         if self.actor_stopped.is_set():
             try:
@@ -193,7 +207,11 @@ class LightActor(pykka.ThreadingActor):
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         # pykka's ``Actor.__init__`` (pykka 4), with a LightRef for its ref: calling it and
         # then replacing the ref built two refs an actor (a test holds the attributes to
-        # pykka's own).
+        # pykka's own). Outside the tested range of pykka: its own, then the ref replaced.
+        if not BORROW_PYKKA:
+            super().__init__()
+            self._actor_ref = LightRef(self)
+            return
         self.actor_urn = uuid.uuid4().urn
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = threading.Event()

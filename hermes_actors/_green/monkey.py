@@ -42,6 +42,11 @@ def patch_all() -> None:
     if "GEVENT_TRACK_GREENLET_TREE" not in os.environ:
         gevent.config.track_greenlet_tree = False
 
+    from hermes_actors._versions import in_tested_range
+
+    if not in_tested_range("gevent", gevent.__version__):  # the stand-in's lookup untested
+        monkey.patch_all()
+        return
     plugins = None if "importlib.metadata" in sys.modules else read_plugins()
     if plugins is None:
         _patch_reading_once(monkey)

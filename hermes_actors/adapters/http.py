@@ -43,7 +43,7 @@ from hermes_actors.adapters.http_requests import (
 )
 from hermes_actors.adapters.http_stream import EventStream, StreamSlots, parse_stream_query
 from hermes_actors.adapters.outbox import Outbox
-from hermes_actors.errors import HermesActorsError, StoreError
+from hermes_actors.errors import HermesActorsError, StoreBusyError, StoreError
 from hermes_actors.model.dsn import scrub
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.timeutil import from_epoch, isoformat
@@ -63,6 +63,8 @@ _LINGER_SECONDS = 1.0
 _INVALID = frozenset({400, 408, 413, 422})
 #: ``Retry-After`` (seconds) of a message refused because its session's queue is full.
 _RETRY_AFTER = "5"
+#: ``Retry-After`` seconds of a 503 when the store's write queue is full.
+_BUSY_RETRY_AFTER = "1"
 _REASONS = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
@@ -166,12 +168,19 @@ class _Request:
         the answer before the client read it; a short bounded read lets a client that sent
         slightly too much see its 413. gevent would otherwise read and discard the whole
         body to reuse the connection, an unbounded read; the answer says
-        ``Connection: close`` instead. Only gevent's input object is touched.
+        ``Connection: close`` instead. Only gevent's input object is touched (its fields
+``send_100_continue_enabled``, ``content_length``, ``position``, ``chunked_input``), and
+only in gevent's tested range (``_versions.TESTED``).
         """
         stream: Any = self.environ.get("wsgi.input")
         if stream is None or not hasattr(stream, "send_100_continue_enabled"):
             return
         import gevent
+
+        from hermes_actors._versions import in_tested_range
+
+        if not in_tested_range("gevent", gevent.__version__):  # its Input's fields untested:
+            return  # gevent reads and drops the rest itself (the answer closes anyway)
 
         stream.send_100_continue_enabled = False  # the answer is out: no "100 Continue" now
         left = _LINGER_BYTES
@@ -249,6 +258,10 @@ class HttpApi:
             response = self._handle(request, route)
         except RequestError as exc:
             response = _json(exc.status, {"error": exc.message}, exc.headers)
+        except StoreBusyError as exc:  # backed-up writes, not an outage: soon again
+            log.warning("store busy answering %s: %s", route, exc)
+            response = _json(503, {"error": f"the session store is busy: {exc}"},
+                             [("Retry-After", _BUSY_RETRY_AFTER)])
         except StoreError as exc:
             log.error("store failure answering %s: %s", route, scrub(str(exc)))
             response = _json(503, {"error": "the session store is unavailable: "
@@ -297,15 +310,26 @@ class HttpApi:
 
     # -- routes -----------------------------------------------------------------------------
 
+    def _store_outage(self) -> bool:
+        """Whether the gateway's database server is away (an outage reported, or the host
+        replacing the gateway until the database is back: ``GatewaySlot.replacing``)."""
+        if getattr(self._gw, "replacing", False):
+            return True
+        outage = getattr(self._gw, "outage", None)
+        return outage is not None and outage.is_set()
+
     def _healthz(self, request: _Request) -> _Response:
         """Open to anyone; with ``http.token`` set, only a client that sends it learns more
         than the status (the pid and the node id are no business of a stranger's)."""
-        running = self._gw.running and self.accepting
-        status = "ok" if running else "stopping"
+        outage = self.accepting and self._store_outage()
+        running = self._gw.running and self.accepting and not outage
+        status = "store_unavailable" if outage else "ok" if running else "stopping"
         body: dict[str, Any] = {"status": status}
         if not is_authorized(request.environ.get("HTTP_AUTHORIZATION"), self._token):
             return _json(200 if running else 503, body)
         body["pid"] = os.getpid()
+        if outage:
+            return _json(503, body)
         if self._gw.running:
             body["degraded"] = bool(self._gw.store.degraded)
             body["node_id"] = self._gw.store.node_id
@@ -343,6 +367,10 @@ class HttpApi:
 
     def _get_outbox(self, request: _Request) -> _Response:
         query = parse_outbox_query(request.query, platforms=self._platforms)
+        if self._store_outage():  # at once, not after the read pool's timeout
+            raise RequestError(503, "the session store is unavailable: the gateway is "
+                               "waiting for its database; try again later",
+                               [("Retry-After", _RETRY_AFTER)])
         after = self._outbox.head() if query.after is None else query.after
         rows = self._outbox.wait(query.platform, query.chat_id, after, query.wait, query.limit)
         return _json(200, {

@@ -6,7 +6,8 @@ encoder directly: ``json.dumps`` builds a ``JSONEncoder`` per call and ``encode`
 Python layers, which on the turn path cost more than encoding a short routing entry
 (4.2 → 3.6 µs each; a turn writes two or three). A fresh C encoder per call keeps its
 circular-reference table private, so threads never share one, and a failed call leaves
-nothing behind for the next.
+nothing behind for the next. Only on CPython in the tested range (``_versions.TESTED``):
+elsewhere ``JSONEncoder.encode``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 from collections.abc import Callable
 from json import encoder as _encoder
 from typing import Any
+
+from hermes_actors._versions import in_tested_range, python_version
 
 __all__ = ["to_json"]
 
@@ -32,5 +35,6 @@ def _c_to_json(value: object) -> str:
 
 
 #: ``json.dumps(value, ensure_ascii=False)``, faster (see the module doc).
-to_json: Callable[[Any], str] = (_c_to_json if _make is not None and _quote is not None
-                                 else _fallback.encode)
+to_json: Callable[[Any], str] = (
+    _c_to_json if _make is not None and _quote is not None
+    and in_tested_range("python", python_version()) else _fallback.encode)

@@ -10,6 +10,10 @@ import in a process runs with the drivers hidden, and peewee's own driver global
 peewee through the extension point peewee gives for that (the ``psycopg3_adapter`` class
 attribute of ``PostgresqlDatabase``), so it does not depend on which import came first.
 
+Only in the tested range of peewee (``_versions.TESTED``; its version read from the first
+lines of ``peewee.py``, without importing it): outside it peewee is imported plainly, its
+drivers with it.
+
 Rejected: making psycopg an optional extra only (the test and benchmark installs have it,
 and an operator who installs it for one home would slow every SQLite home); a lazy module
 object standing in for psycopg (peewee touches its attributes at import).
@@ -17,17 +21,43 @@ object standing in for psycopg (peewee touches its attributes at import).
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import sys
 
-__all__ = ["HIDDEN_DRIVERS", "pw"]
+from hermes_actors._versions import in_tested_range
+
+__all__ = ["HIDDEN_DRIVERS", "peewee_source_version", "pw"]
 
 #: The driver modules peewee tries at import, hidden while it is imported from here.
 HIDDEN_DRIVERS = ("psycopg2cffi", "psycopg2", "psycopg")
 
 
+_VERSION_LINE = re.compile(r"""^__version__ = ['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def peewee_source_version() -> str | None:
+    """peewee's ``__version__`` read from the start of its (one-file) source, without
+    importing it; ``None`` when not found."""
+    spec = importlib.util.find_spec("peewee")
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as file:
+            head = file.read(8192)
+    except OSError:
+        return None
+    match = _VERSION_LINE.search(head)
+    return match.group(1) if match else None
+
+
 def _import_peewee():  # noqa: ANN202 - the peewee module (untyped)
     if "peewee" in sys.modules:
         return sys.modules["peewee"]
+    if not in_tested_range("peewee", peewee_source_version()):
+        import peewee  # the public way: its drivers are imported too
+
+        return peewee
     hidden = [name for name in HIDDEN_DRIVERS if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError

@@ -17,8 +17,20 @@ flight never holds up the hub. (The SQLite backend needs a native thread instead
 sqlite3 calls block in C.) Callers under gevent must be greenlets of the hub's thread, which
 is what the runtime's actors and turns are.
 
-``post`` never blocks: its callback runs on the committer once the list's transaction
-committed (or failed); it must not block, and a write it makes from there runs inline.
+``post`` does not wait for the transaction: its callback runs on the committer once the
+list's transaction committed (or failed); it must not block, and a write it makes from there
+runs inline.
+
+The queue is bounded (:data:`MAX_QUEUE` lists): while the database is slow or the writer
+pauses between retries, a caller (``run`` or ``post``) finding it full waits up to
+:data:`QUEUE_WAIT` seconds for room, then gets :class:`~hermes_actors.errors.StoreBusyError`
+(the HTTP API answers 503 with ``Retry-After``), instead of the queue growing without end.
+The committer itself never waits for room (a callback's write would wait for itself).
+
+A group that fails with an exception fails its lists only; an exit signal
+(``GreenletExit``: the committer greenlet was killed, ``KeyboardInterrupt``, ``SystemExit``)
+fails every queued list with :class:`~hermes_actors.errors.StoreUnavailableError`, closes
+the committer and is re-raised, so the greenlet or thread really ends.
 """
 
 from __future__ import annotations
@@ -29,14 +41,23 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from hermes_actors.errors import StoreError
+from gevent import GreenletExit
 
-__all__ = ["MAX_GROUP", "CommitterStatistics", "GroupCommitter"]
+from hermes_actors.errors import StoreBusyError, StoreError, StoreUnavailableError
+
+__all__ = ["EXIT_SIGNALS", "MAX_GROUP", "MAX_QUEUE", "QUEUE_WAIT", "CommitterStatistics",
+           "GroupCommitter"]
 
 log = logging.getLogger("hermes_actors.store")
 
 #: Most op lists in one transaction.
 MAX_GROUP = 256
+#: Most op lists waiting for the committer (about 40 full transactions).
+MAX_QUEUE = 10_000
+#: Seconds a caller waits for room in a full queue before :class:`StoreBusyError`.
+QUEUE_WAIT = 1.0
+#: Exceptions that end the committer instead of failing one group.
+EXIT_SIGNALS: tuple[type[BaseException], ...] = (GreenletExit, KeyboardInterrupt, SystemExit)
 
 #: Applies several lists in one transaction: one ``(ok, results or error)`` per list.
 ApplyGroup = Callable[[list[list[Any]]], Sequence[tuple[bool, Any]]]
@@ -70,9 +91,14 @@ class _Job:
 class GroupCommitter:
     """Runs ``apply_group`` on one committer (a thread, or a greenlet under gevent)."""
 
-    def __init__(self, apply_group: ApplyGroup, name: str = "hermes-pg-committer") -> None:
+    def __init__(self, apply_group: ApplyGroup, name: str = "hermes-pg-committer", *,
+                 max_queue: int = MAX_QUEUE, queue_wait: float = QUEUE_WAIT) -> None:
         self._apply_group = apply_group
-        self._cond = threading.Condition()
+        self._max_queue = max_queue
+        self._queue_wait = queue_wait
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the committer waits for work
+        self._room = threading.Condition(lock)  # callers wait for room
         self._queue: deque[_Job] = deque()
         self._closed = False
         self._transactions = self._lists = self._largest = 0
@@ -86,6 +112,15 @@ class GroupCommitter:
         with self._cond:
             if self._closed:
                 raise StoreError("the database's committer is closed")
+            if len(self._queue) >= self._max_queue and not self._on_committer():
+                if not self._room.wait_for(
+                        lambda: len(self._queue) < self._max_queue or self._closed,
+                        timeout=self._queue_wait):
+                    raise StoreBusyError(
+                        f"the database's write queue is full ({len(self._queue)} writes "
+                        f"waiting for {self._queue_wait:g} s): try again shortly")
+                if self._closed:
+                    raise StoreError("the database's committer is closed")
             self._queue.append(job)
             if len(self._queue) == 1:
                 self._cond.notify()
@@ -119,22 +154,43 @@ class GroupCommitter:
                     return  # closed and drained
                 count = min(len(self._queue), MAX_GROUP)
                 jobs = [self._queue.popleft() for _ in range(count)]
+                self._room.notify_all()
             try:
                 outcomes = self._apply_group([job.ops for job in jobs])
-            except BaseException as exc:  # noqa: BLE001 - a broken group fails its lists only
+            except EXIT_SIGNALS as exc:
+                self._exit(jobs, exc)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken group fails its lists only
                 outcomes = [(False, exc)] * len(jobs)
             self._transactions += 1
             self._lists += len(jobs)
             self._largest = max(self._largest, len(jobs))
-            for job, (ok, value) in zip(jobs, outcomes, strict=True):
-                job.ok, job.value = ok, value
-                if job.done is not None:
-                    job.done.set()
-                elif job.callback is not None:
-                    try:
-                        job.callback(ok, value)
-                    except Exception:  # noqa: BLE001 - must not stop the others
-                        log.exception("a database write's completion callback failed")
+            self._finish(jobs, outcomes)
+
+    def _finish(self, jobs: list[_Job], outcomes: Sequence[tuple[bool, Any]]) -> None:
+        for job, (ok, value) in zip(jobs, outcomes, strict=True):
+            job.ok, job.value = ok, value
+            if job.done is not None:
+                job.done.set()
+            elif job.callback is not None:
+                try:
+                    job.callback(ok, value)
+                except Exception:  # noqa: BLE001 - must not stop the others
+                    log.exception("a database write's completion callback failed")
+
+    def _exit(self, jobs: list[_Job], signal: BaseException) -> None:
+        """The committer ends (``signal``): close, and fail ``jobs`` and every queued list
+        so that no caller waits for ever."""
+        with self._cond:
+            self._closed = True
+            jobs = jobs + list(self._queue)
+            self._queue.clear()
+            self._room.notify_all()
+        error = StoreUnavailableError(
+            f"the database's committer was stopped ({type(signal).__name__})")
+        log.warning("the database's committer stops (%s): %d writes fail",
+                    type(signal).__name__, len(jobs))
+        self._finish(jobs, [(False, error)] * len(jobs))
 
     def statistics(self) -> CommitterStatistics:
         """Transactions and lists so far, and the lists waiting now."""
@@ -149,5 +205,6 @@ class GroupCommitter:
                 return
             self._closed = True
             self._cond.notify()
+            self._room.notify_all()
         if not self._on_committer():
             self._thread.join()

@@ -16,6 +16,10 @@ password in the DSN is never shown.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -36,7 +40,9 @@ from hermes_actors.store.backends.postgres.schema import FENCED_SQLSTATE
 __all__ = [
     "APPLICATION_NAME",
     "CONNECT_TIMEOUT",
+    "POOL_QUIET",
     "POOL_TIMEOUT",
+    "PoolWarnings",
     "Server",
 ]
 
@@ -52,6 +58,57 @@ APPLICATION_NAME = "hermes_actors"
 #: call being sent, instead of the kernel's default of about two hours.
 TCP_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
                  "keepalives_count": 3, "tcp_user_timeout": 60_000}
+
+#: Seconds without a warning of psycopg's pool after which its next warning is shown again.
+POOL_QUIET = 60.0
+
+
+class PoolWarnings(logging.Filter):
+    """One line per outage from psycopg's pool (logger ``psycopg.pool``), not dozens.
+
+    While the server is away, every pool retries its connections in the background and logs
+    a warning per failed attempt ("error connecting in 'hermes-actors-reads': ..."), and
+    every gateway started meanwhile has a pool of its own. The first warning is shown (with
+    a note); the next ones are muted until the pool has been quiet for :data:`POOL_QUIET`
+    seconds, so the next outage shows its first line again. Installed on the logger when
+    this module is imported (:func:`install`)."""
+
+    def __init__(self, quiet: float = POOL_QUIET,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__("psycopg.pool")
+        self._quiet = quiet
+        self._clock = clock
+        self._last: float | None = None
+        self._lock = threading.Lock()
+        #: Warnings muted so far.
+        self.muted = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = self._clock()
+        with self._lock:
+            last, self._last = self._last, now
+            if last is not None and now - last < self._quiet:
+                self.muted += 1
+                return False
+        record.msg = (f"{record.msg} (further warnings of the database pool are muted until "
+                      f"it has been quiet for {self._quiet:g} s)")
+        return True
+
+    @classmethod
+    def install(cls) -> PoolWarnings:
+        """The filter on logger ``psycopg.pool`` (added once per process)."""
+        logger = logging.getLogger("psycopg.pool")
+        for existing in logger.filters:
+            if isinstance(existing, cls):
+                return existing
+        mine = cls()
+        logger.addFilter(mine)
+        return mine
+
+
+PoolWarnings.install()
 
 
 class Server:

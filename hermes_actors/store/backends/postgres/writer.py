@@ -18,20 +18,27 @@ Failures, in the order they are handled:
    :class:`~hermes_actors.errors.StoreError`
    for that list, no retry; it is a programming error or bad data, not an outage.
 2. The connection broke, or the server asked for a retry (a serialization failure, a
-   deadlock), before ``COMMIT`` was sent: nothing was committed, so the transaction is run
-   again on a fresh connection, up to :data:`WRITE_ATTEMPTS` times, then
-   :class:`StoreUnavailableError` (the store then switches to degraded mode).
+   deadlock), or no connection could be opened, before ``COMMIT`` was sent: nothing was
+   committed, so the transaction is run again on a fresh connection after a pause
+   (:class:`Backoff`: capped exponential backoff with jitter, from
+   :data:`RETRY_FIRST_DELAY` doubling up to :data:`RETRY_MAX_DELAY`, while the pauses fit
+   in :data:`RETRY_BUDGET` seconds), then :class:`StoreUnavailableError` (an outage: the
+   gateway is replaced). A server restart takes a second or two: immediate retries would
+   all meet the closed port and turn that blip into an outage and a gateway replacement.
 3. The connection broke *during* ``COMMIT``: the transaction may or may not have committed,
    and a replay could append a message or an outbox row twice. Nothing is retried; every
    list of the transaction fails with :class:`StoreUnavailableError` saying so.
 
-Once a connection cannot even be opened, the rest of the group fails at once with the same
-error instead of waiting for a connect timeout per list.
+The budget is that of one group: once a connection cannot be opened within it, the rest of
+the group fails at once with the same error instead of waiting again per list. While the
+committer pauses, callers queue behind it (the committer's queue is bounded).
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +51,8 @@ from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.operations import PostgresOps
 from hermes_actors.store.ops import Op, OutboxAppend
 
-__all__ = ["WRITE_ATTEMPTS", "Writer", "outbox_lock_keys"]
+__all__ = ["RETRY_BUDGET", "RETRY_FIRST_DELAY", "RETRY_MAX_DELAY", "Backoff", "Writer",
+           "outbox_lock_keys"]
 
 #: The first key of the outbox's advisory locks ("outb" in ASCII): with the second key, a
 #: hash of the chat, one lock per chat (two-key locks never meet the migrations' one-key one).
@@ -69,8 +77,44 @@ def outbox_lock_keys(lists: list[list[Op]]) -> list[int]:
 
 log = logging.getLogger(__name__)
 
-#: Attempts of one write transaction before the database is declared unavailable.
-WRITE_ATTEMPTS = 3
+#: Seconds of the first pause before a failed write transaction is tried again.
+RETRY_FIRST_DELAY = 0.1
+#: The longest pause between two attempts (the pauses double up to it).
+RETRY_MAX_DELAY = 2.0
+#: Seconds of pauses one group of writes may spend before the database is declared
+#: unavailable: a server restart (about 2 s) fits, a real outage is reported within ~10 s
+#: (plus the connect timeout of an attempt in progress).
+RETRY_BUDGET = 8.0
+
+
+class Backoff:
+    """The pauses between attempts of one group's writes: capped exponential backoff with
+    "equal jitter" (half the delay fixed, half random, so many writers of a cluster do not
+    reconnect in step), within a total of ``budget`` seconds. ``sleep``, ``clock`` and
+    ``rand`` are injectable for tests (``time.sleep`` is gevent's under monkey-patching, so
+    the committer greenlet pauses cooperatively)."""
+
+    def __init__(self, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random,
+                 budget: float = RETRY_BUDGET) -> None:
+        self._sleep = sleep
+        self._clock = clock
+        self._rand = rand
+        self._deadline = clock() + budget
+        #: Pauses taken so far.
+        self.pauses = 0
+
+    def pause(self) -> bool:
+        """Sleep before the next attempt and return ``True``; ``False`` (no sleep) when the
+        pause would end past the budget."""
+        delay = min(RETRY_MAX_DELAY, RETRY_FIRST_DELAY * 2 ** self.pauses)
+        delay = delay / 2 + self._rand() * delay / 2
+        if self._clock() + delay > self._deadline:
+            return False
+        self.pauses += 1
+        self._sleep(delay)
+        return True
 
 
 class _OutcomeUnknown(Exception):
@@ -92,8 +136,10 @@ class _NoConnection(Exception):
 class Writer:
     """Applies op lists on one write connection (only the committer calls it)."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, *, backoff: Callable[[], Backoff] = Backoff) -> None:
         self._server = server
+        #: Makes the pauses of one group (a test passes one with a fake clock).
+        self._backoff = backoff
         self._ops = PostgresOps()
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -160,20 +206,29 @@ class Writer:
 
     def apply_group(self, lists: list[list[Op]]) -> list[tuple[bool, Any]]:
         """Apply several callers' lists in one transaction; ``(ok, results or error)`` each."""
+        backoff = self._backoff()
         if len(lists) > 1:
-            try:
-                results = self._transaction(lambda batch: self._statements(batch, lists))
-            except (_OutcomeUnknown, _NoConnection) as exc:
-                return [(False, exc.error)] * len(lists)
-            except Exception as exc:  # noqa: BLE001 - replayed one by one below
-                log.debug("group commit of %d lists failed (%s); applying them one by one",
-                          len(lists), self._server.scrub(exc))
-            else:
-                return [(True, r) for r in results]
+            while True:
+                try:
+                    results = self._transaction(
+                        lambda batch: self._statements(batch, lists))
+                except _OutcomeUnknown as exc:
+                    return [(False, exc.error)] * len(lists)
+                except _NoConnection as exc:
+                    self._retrying(backoff, exc.error)
+                    if backoff.pause():
+                        continue
+                    return [(False, exc.error)] * len(lists)
+                except Exception as exc:  # noqa: BLE001 - replayed one by one below
+                    log.debug("group commit of %d lists failed (%s); applying them one by "
+                              "one", len(lists), self._server.scrub(exc))
+                    break
+                else:
+                    return [(True, r) for r in results]
         outcomes: list[tuple[bool, Any]] = []
         for ops in lists:
             try:
-                outcomes.append((True, self.apply(ops)))
+                outcomes.append((True, self.apply(ops, backoff)))
             except _NoConnection as exc:  # the others would wait for the same timeout
                 outcomes.extend([(False, exc.error)] * (len(lists) - len(outcomes)))
                 break
@@ -181,25 +236,33 @@ class Writer:
                 outcomes.append((False, exc))
         return outcomes
 
-    def apply(self, ops: list[Op]) -> list[Any]:
+    def _retrying(self, backoff: Backoff, exc: BaseException) -> None:
+        """Log a failed attempt: the first of a group as a warning, the others for debugging."""
+        if backoff.pauses == 0:
+            log.warning("write to %s failed (%s); retrying for up to %.0f s",
+                        self._server.where, self._server.scrub(exc), RETRY_BUDGET)
+        else:
+            log.debug("write to %s failed again (%s)", self._server.where,
+                      self._server.scrub(exc))
+
+    def apply(self, ops: list[Op], backoff: Backoff | None = None) -> list[Any]:
         """Apply one list as one transaction, retrying as the module docstring says; raises
         ``_NoConnection`` when no connection can be opened (``apply_group`` reports it)."""
-        failures = 0
+        if backoff is None:
+            backoff = self._backoff()
         while True:
             try:
                 return self._transaction(lambda batch: self._statements(batch, [ops]))[0]
             except _OutcomeUnknown as exc:
                 raise exc.error from None
-            except _NoConnection:
-                failures += 1
-                if failures < WRITE_ATTEMPTS:
+            except _NoConnection as exc:
+                self._retrying(backoff, exc.error)
+                if backoff.pause():
                     continue
                 raise
             except psycopg.OperationalError as exc:  # lost connection, retry requested
-                failures += 1
-                if failures < WRITE_ATTEMPTS:
-                    log.warning("write to %s failed (%s); retrying", self._server.where,
-                                self._server.scrub(exc))
+                self._retrying(backoff, exc)
+                if backoff.pause():
                     continue
                 raise self._server.unavailable("write", exc) from None
             except (psycopg.Error, UnicodeError) as exc:  # a constraint, data the server
