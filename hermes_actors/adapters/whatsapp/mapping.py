@@ -88,7 +88,9 @@ def webhook_events(payload: Any, *, aliases: Mapping[Any, Any] | None = None,
             value = change.get("value")
             if not isinstance(value, Mapping):
                 continue
-            metadata = value.get("metadata") if isinstance(value.get("metadata"), Mapping) else {}
+            metadata = value.get("metadata")
+            if not isinstance(metadata, Mapping):
+                metadata = {}
             to_number = str(metadata.get("phone_number_id") or "") or None
             names = _contact_names(value.get("contacts"), aliases)
             for message in _dicts(value.get("messages")):
