@@ -47,6 +47,7 @@ class _Failure:
     to: str | None
     times: int
     retry_after: float | None
+    skip: int = 0
 
 
 class FakeGraphApi:
@@ -82,10 +83,11 @@ class FakeGraphApi:
     # -- what tests do ------------------------------------------------------------------------
 
     def fail(self, status: int, code: int, message: str, *, to: str | None = None,
-             times: int = 1, retry_after: float | None = None) -> None:
-        """Answer the next ``times`` sends (to ``to``, when given) with this error."""
+             times: int = 1, retry_after: float | None = None, skip: int = 0) -> None:
+        """Answer the next ``times`` sends (to ``to``, when given), after ``skip`` of them
+        went through, with this error."""
         with self.cond:
-            self.failures.append(_Failure(status, code, message, to, times, retry_after))
+            self.failures.append(_Failure(status, code, message, to, times, retry_after, skip))
 
     def sends(self, to: str | None = None) -> list[Call]:
         """The sends answered with success (to ``to``, when given), in order."""
@@ -137,7 +139,10 @@ class FakeGraphApi:
         with self.cond:
             failure = next((f for f in self.failures if f.times > 0
                             and f.to in (None, body.get("to"))), None)
-            if failure is not None:
+            if failure is not None and failure.skip > 0:
+                failure.skip -= 1
+                failure = None
+            elif failure is not None:
                 failure.times -= 1
             body = {**body, "ok": failure is None}
             self.calls.append(Call(handler.command, path, body))
