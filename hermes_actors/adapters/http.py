@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,7 +67,8 @@ _RETRY_AFTER = "5"
 #: ``Retry-After`` seconds of a 503 when the store's write queue is full.
 _BUSY_RETRY_AFTER = "1"
 _REASONS = {
-    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
     422: "Unprocessable Content", 429: "Too Many Requests",
     500: "Internal Server Error", 503: "Service Unavailable",
@@ -221,7 +223,8 @@ class HttpApi:
     """
 
     def __init__(self, gateway: Any, outbox: Outbox, settings: Any, *,
-                 report: Callable[[], Any] = lambda: None) -> None:
+                 report: Callable[[], Any] = lambda: None,
+                 webhooks: Iterable[Any] = ()) -> None:
         self._gw = gateway
         self._outbox = outbox
         self._token = settings.token
@@ -244,6 +247,13 @@ class HttpApi:
             "/v1/sessions": {"GET": self._list_sessions},
             _SESSIONS_PREFIX: {"GET": self._get_session},
         }
+        #: Platform webhooks (``webhook_path``, ``verify``, ``receive``: the WhatsApp
+        #: adapter's): authenticated by the platform's signature, not by the bearer token.
+        self._webhooks: dict[str, Any] = {}
+        for adapter in webhooks:
+            self._webhooks[adapter.webhook_path] = adapter
+            self._routes[adapter.webhook_path] = {"GET": self._webhook_verify,
+                                                  "POST": self._webhook_receive}
 
     # -- WSGI -------------------------------------------------------------------------------
 
@@ -294,7 +304,7 @@ class HttpApi:
         return "other"
 
     def _handle(self, request: _Request, route: str) -> _Response:
-        if route != "/healthz":
+        if route != "/healthz" and route not in self._webhooks:
             check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._token)
         methods = self._routes.get(route)
         if methods is None:
@@ -390,6 +400,33 @@ class HttpApi:
                              self._keepalive, _outbox_message)
         return _Response(200, b"", "text/event-stream; charset=utf-8",
                          [("X-Accel-Buffering", "no")], stream=stream)
+
+    def _webhook_verify(self, request: _Request) -> _Response:
+        """A platform's subscription check (``GET``): its challenge as plain text."""
+        from hermes_actors.adapters.whatsapp.adapter import WebhookRejected
+
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(request.query).items()}
+        try:
+            answer = self._webhooks[request.path].verify(query)
+        except WebhookRejected as exc:
+            raise RequestError(exc.status, exc.message) from None
+        return _Response(200, answer.encode("utf-8"), "text/plain; charset=utf-8")
+
+    def _webhook_receive(self, request: _Request) -> _Response:
+        """A platform's webhook (``POST``): 200 once every message it carries is durable;
+        a store failure is a 503 (the platform delivers it again)."""
+        from hermes_actors.adapters.whatsapp.adapter import WebhookRejected
+
+        if not self.accepting:
+            self._gw.ingress.refused("stopping")
+            raise RequestError(503, "the gateway is shutting down; deliver it again later")
+        body = request.read_body()
+        try:
+            count = self._webhooks[request.path].receive(
+                body, request.environ.get("HTTP_X_HUB_SIGNATURE_256"), self._gw.submit)
+        except WebhookRejected as exc:
+            raise RequestError(exc.status, exc.message) from None
+        return _json(200, {"messages": count})
 
     def _list_sessions(self, request: _Request) -> _Response:
         limit = parse_count(parse_query(request.query))

@@ -127,15 +127,44 @@ class TelegramConfig:
     allowed_chats: tuple[str, ...] = _opt(_chat_ids, ())
 
 
+#: The Graph API root (with its version) the WhatsApp Cloud API is served from.
+DEFAULT_GRAPH_API_URL = "https://graph.facebook.com/v21.0"
+
+
+def _phone_number_id(key: str, value: Any) -> str | None:
+    """The WhatsApp business phone number's id (digits, as Meta's dashboard shows it)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return value.strip()
+    raise ConfigError(f"config key {key!r}: expected the phone number id (digits, from the "
+                      f"WhatsApp API setup page), got {value!r}")
+
+
 @dataclass(frozen=True)
 class WhatsAppConfig:
-    """``whatsapp``: LID → phone aliases for canonical identifiers."""
+    """``whatsapp``: the WhatsApp Cloud API adapter (on when ``platforms`` lists
+    ``whatsapp``), and LID → phone aliases for canonical identifiers."""
 
     lid_aliases: dict[str, str] = _opt(_aliases, None)
+    #: The environment variable holding the access token (never in the file).
+    token_env: str = _opt(_str, "WHATSAPP_TOKEN")
+    #: The environment variable holding the app secret (webhook signatures).
+    app_secret_env: str = _opt(_str, "WHATSAPP_APP_SECRET")
+    #: The environment variable holding the webhook verify token (the subscription check).
+    verify_token_env: str = _opt(_str, "WHATSAPP_VERIFY_TOKEN")
+    #: The business phone number's id: replies are sent from it.
+    phone_number_id: str | None = _opt(_phone_number_id, None)
+    #: Another Graph API root (a test's fake); ``None``: Meta's (:data:`DEFAULT_GRAPH_API_URL`).
+    api_base_url: str | None = _opt(_url, None)
 
     def __post_init__(self) -> None:
         if self.lid_aliases is None:
             object.__setattr__(self, "lid_aliases", {})
+        if self.api_base_url is None:
+            object.__setattr__(self, "api_base_url", DEFAULT_GRAPH_API_URL)
 
 
 #: The store backends ``store.backend`` names.

@@ -1,4 +1,4 @@
-"""The chat platforms ``run`` serves beyond its HTTP API: ``platforms: [telegram]``.
+"""The chat platforms ``run`` serves beyond its HTTP API: ``platforms: [telegram, whatsapp]``.
 
 Each is checked in two steps so a mistake costs nothing: what the configuration and the
 environment say (a missing or malformed token) before the home is even claimed, then the
@@ -21,26 +21,43 @@ __all__ = ["connect_platforms", "platform_adapters"]
 
 def platform_adapters(config: GatewayConfig, env: Mapping[str, str] | None = None
                       ) -> list[Any]:
-    """The adapters ``config.platforms`` turns on (only ``telegram`` has one so far)."""
-    if "telegram" not in config.platforms:
-        return []
-    if "telegram" in config.http.platforms:
-        raise ConfigError("telegram is listed in both platforms and http.platforms: a "
-                          "platform has one adapter (remove it from http.platforms)")
-    from hermes_actors.adapters.telegram import TelegramAdapter, check_token
-
+    """The adapters ``config.platforms`` turns on (``telegram``, ``whatsapp``)."""
     env = os.environ if env is None else env
-    settings = config.telegram
-    token = check_token(env.get(settings.token_env), settings.token_env)
-    return [TelegramAdapter(settings, token)]
+    adapters: list[Any] = []
+    for name in ("telegram", "whatsapp"):
+        if name in config.platforms and name in config.http.platforms:
+            raise ConfigError(f"{name} is listed in both platforms and http.platforms: a "
+                              "platform has one adapter (remove it from http.platforms)")
+    if "telegram" in config.platforms:
+        from hermes_actors.adapters.telegram import TelegramAdapter, check_token
+
+        settings = config.telegram
+        token = check_token(env.get(settings.token_env), settings.token_env)
+        adapters.append(TelegramAdapter(settings, token))
+    if "whatsapp" in config.platforms:
+        from hermes_actors.adapters.whatsapp import WhatsAppAdapter, read_secrets
+
+        try:
+            secrets = read_secrets(config.whatsapp, env)
+        except ConfigError:
+            for adapter in adapters:
+                adapter.close()
+            raise
+        adapters.append(WhatsAppAdapter(config.whatsapp, secrets))
+    return adapters
 
 
 def connect_platforms(adapters: list[Any]) -> None:
-    """Check each platform adapter against its service (``getMe`` for Telegram)."""
-    from hermes_actors.adapters.telegram import TelegramError
+    """Check each platform adapter against its service (``getMe`` for Telegram, the phone
+    number for WhatsApp)."""
+    from hermes_actors.errors import HermesActorsError
 
     for adapter in adapters:
         try:
             adapter.connect()
-        except TelegramError as exc:
-            raise CommandFailed(f"cannot start the Telegram adapter: {exc}") from None
+        except ConfigError:
+            raise
+        except HermesActorsError as exc:  # TelegramError, WhatsAppError: not reached
+            title = {"telegram": "Telegram", "whatsapp": "WhatsApp"}.get(
+                adapter.platform, adapter.platform)
+            raise CommandFailed(f"cannot start the {title} adapter: {exc}") from None

@@ -299,7 +299,8 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     tune_gc()
     outbox.bind(lambda: slot.store)
     report_box: list[Any] = []
-    app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None)
+    app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None,
+                  webhooks=[a for a in platforms if hasattr(a, "webhook_path")])
     try:
         server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout,
                              max_connections=http.max_connections,
@@ -317,7 +318,8 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
         server.start()
         if not config.cluster.enabled:  # a node polls while it holds the adapter's lease
             for adapter in platforms:
-                adapter.start_polling(slot.submit, checkpoint=crashpoint)
+                if hasattr(adapter, "start_polling"):  # (a webhook platform needs no poll)
+                    adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
         warning = open_bind_warning(server.socket.getsockname()[0], http.token)
         if warning:
@@ -330,7 +332,8 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
                 break
         app.accepting = False
         for adapter in platforms:
-            adapter.stop_polling()
+            if hasattr(adapter, "stop_polling"):
+                adapter.stop_polling()
         _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
         # A second signal calls stop(drain_timeout=0), which cuts the running drain short.
         hurry = gevent.spawn(_hurry, slot, signals)
