@@ -3,7 +3,8 @@
 Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (replies, by
 cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
-/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
+/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``, and the ``POST`` routes of
+push platforms (``/slack/events``), which authenticate their requests themselves. A bearer token, when configured, guards every route except
 ``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
@@ -23,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hermes_actors.adapters.http_metrics import CONTENT_TYPE, GatewayMetrics
@@ -48,7 +49,10 @@ from hermes_actors.model.dsn import scrub
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.timeutil import from_epoch, isoformat
 
-__all__ = ["HttpApi", "make_server", "no_delay"]
+__all__ = ["HttpApi", "Webhook", "make_server", "no_delay"]
+
+#: A platform's route handler: ``(lower-cased headers, body) -> (status, JSON body)``.
+Webhook = Callable[[Mapping[str, str], bytes], tuple[int, Any]]
 
 log = logging.getLogger("hermes_actors.http")
 #: One line per answered request: method, path, status and milliseconds (a long poll's
@@ -221,7 +225,8 @@ class HttpApi:
     """
 
     def __init__(self, gateway: Any, outbox: Outbox, settings: Any, *,
-                 report: Callable[[], Any] = lambda: None) -> None:
+                 report: Callable[[], Any] = lambda: None,
+                 webhooks: Mapping[str, Webhook] | None = None) -> None:
         self._gw = gateway
         self._outbox = outbox
         self._token = settings.token
@@ -244,6 +249,11 @@ class HttpApi:
             "/v1/sessions": {"GET": self._list_sessions},
             _SESSIONS_PREFIX: {"GET": self._get_session},
         }
+        #: Platforms' own routes (``/slack/events``): authenticated by the platform's
+        #: signature, not by the bearer token.
+        self._webhooks = dict(webhooks or {})
+        for path in self._webhooks:
+            self._routes[path] = {"POST": self._webhook}
 
     # -- WSGI -------------------------------------------------------------------------------
 
@@ -294,7 +304,7 @@ class HttpApi:
         return "other"
 
     def _handle(self, request: _Request, route: str) -> _Response:
-        if route != "/healthz":
+        if route != "/healthz" and route not in self._webhooks:
             check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._token)
         methods = self._routes.get(route)
         if methods is None:
@@ -364,6 +374,18 @@ class HttpApi:
         if admission.duplicate:
             return _json(200, {**body, "duplicate": True})
         return _json(202, body)
+
+    def _webhook(self, request: _Request) -> _Response:
+        """A platform's push (Slack's Events API): its handler authenticates the request
+        and answers once what it carries is durable."""
+        if not self.accepting:
+            raise RequestError(503, "the gateway is shutting down; send the event again later")
+        body = request.read_body()
+        headers = {name[5:].replace("_", "-").lower(): value
+                   for name, value in request.environ.items()
+                   if name.startswith("HTTP_") and isinstance(value, str)}
+        status, data = self._webhooks[request.path](headers, body)
+        return _json(status, data)
 
     def _get_outbox(self, request: _Request) -> _Response:
         query = parse_outbox_query(request.query, platforms=self._platforms)

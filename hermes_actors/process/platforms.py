@@ -1,10 +1,10 @@
-"""The chat platforms ``run`` serves beyond its HTTP API: ``platforms: [telegram]``.
+"""The chat platforms ``run`` serves beyond its HTTP API: ``platforms: [telegram, slack]``.
 
 Each is checked in two steps so a mistake costs nothing: what the configuration and the
-environment say (a missing or malformed token) before the home is even claimed, then the
-platform itself (``getMe``: a rejected token) before recovery starts. Both are
-configuration errors (exit 2) with a message naming the setting, never the token; an
-unreachable Bot API server is a runtime failure (exit 1).
+environment say (a platform without an adapter, a missing or malformed secret) before the
+home is even claimed, then the platform itself (``getMe``, ``auth.test``: a rejected token)
+before recovery starts. Both are configuration errors (exit 2) with a message naming the
+setting, never the secret; an unreachable API server is a runtime failure (exit 1).
 """
 
 from __future__ import annotations
@@ -14,33 +14,51 @@ from collections.abc import Mapping
 from typing import Any
 
 from hermes_actors.config import GatewayConfig
-from hermes_actors.errors import CommandFailed, ConfigError
+from hermes_actors.errors import CommandFailed, ConfigError, HermesActorsError
 
-__all__ = ["connect_platforms", "platform_adapters"]
+__all__ = ["ADAPTERS", "connect_platforms", "platform_adapters"]
+
+#: The platforms ``platforms`` may list: those with an adapter.
+ADAPTERS = ("telegram", "slack")
 
 
 def platform_adapters(config: GatewayConfig, env: Mapping[str, str] | None = None
                       ) -> list[Any]:
-    """The adapters ``config.platforms`` turns on (only ``telegram`` has one so far)."""
-    if "telegram" not in config.platforms:
-        return []
-    if "telegram" in config.http.platforms:
-        raise ConfigError("telegram is listed in both platforms and http.platforms: a "
-                          "platform has one adapter (remove it from http.platforms)")
-    from hermes_actors.adapters.telegram import TelegramAdapter, check_token
-
+    """The adapters ``config.platforms`` turns on; a platform listed without an adapter (or
+    also served by the HTTP API) is a :class:`ConfigError`."""
+    missing = [p for p in config.platforms if p not in ADAPTERS]
+    if missing:
+        raise ConfigError(
+            f"platforms lists {', '.join(missing)}, but hermes-actors has no adapter for "
+            f"{'it' if len(missing) == 1 else 'them'} (adapters: {', '.join(ADAPTERS)}; an "
+            "HTTP client posting as a platform is configured in http.platforms)")
+    for platform in config.platforms:
+        if platform in config.http.platforms:
+            raise ConfigError(f"{platform} is listed in both platforms and http.platforms: a "
+                              f"platform has one adapter (remove it from http.platforms)")
     env = os.environ if env is None else env
-    settings = config.telegram
-    token = check_token(env.get(settings.token_env), settings.token_env)
-    return [TelegramAdapter(settings, token)]
+    adapters: list[Any] = []
+    if "telegram" in config.platforms:
+        from hermes_actors.adapters.telegram import TelegramAdapter, check_token
+
+        settings = config.telegram
+        token = check_token(env.get(settings.token_env), settings.token_env)
+        adapters.append(TelegramAdapter(settings, token))
+    if "slack" in config.platforms:
+        from hermes_actors.adapters.slack import SlackAdapter, check_secrets
+
+        bot_token, signing_secret = check_secrets(env, config.slack)
+        adapters.append(SlackAdapter(config.slack, bot_token, signing_secret))
+    return adapters
 
 
 def connect_platforms(adapters: list[Any]) -> None:
-    """Check each platform adapter against its service (``getMe`` for Telegram)."""
-    from hermes_actors.adapters.telegram import TelegramError
-
+    """Check each platform adapter against its service (``getMe``, ``auth.test``)."""
     for adapter in adapters:
         try:
             adapter.connect()
-        except TelegramError as exc:
-            raise CommandFailed(f"cannot start the Telegram adapter: {exc}") from None
+        except ConfigError:
+            raise
+        except HermesActorsError as exc:
+            name = adapter.platform.capitalize()
+            raise CommandFailed(f"cannot start the {name} adapter: {exc}") from None
