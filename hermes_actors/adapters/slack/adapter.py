@@ -280,12 +280,13 @@ class SlackAdapter:
             retry_after = None
             if status == 429 or error == "ratelimited":
                 headers = getattr(exc.response, "headers", None) or {}
-                value = next((v for k, v in dict(headers).items()
-                              if k.lower() == "retry-after"), None)
-                value = value[0] if isinstance(value, list) and value else value
+                value: Any = next((v for k, v in dict(headers).items()
+                                   if k.lower() == "retry-after"), None)
+                if isinstance(value, list):  # (slack_sdk keeps some headers as lists)
+                    value = value[0] if value else None
                 try:
                     retry_after = max(0.0, float(value)) if value is not None else 1.0
-                except ValueError:
+                except (TypeError, ValueError):
                     retry_after = 1.0
             raise SlackError(self._masked(f"{method} failed: {status} {error}".strip()),
                              status=status, error=error, retry_after=retry_after) from None
