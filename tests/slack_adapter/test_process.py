@@ -90,7 +90,11 @@ class TestConversation:
         assert gateway.stop() == 0
         # the answers name their events
         rows = {r["chat_id"]: r for r in db_rows(tmp_path / "home", "deliveries")}
-        assert rows["D1"]["state"] == "delivered"
+        events = {json.loads(r["payload"])["source"]["chat_id"]: r["event_id"]
+                  for r in _inbox(tmp_path / "home")}
+        for chat in ("D1", "C1"):
+            assert rows[chat]["state"] == "delivered"
+            assert rows[chat]["in_reply_to"].split() == [events[chat]]
 
     def test_bad_or_stale_signatures_are_refused_and_nothing_is_stored(
             self, slack_gateway, slack_api, tmp_path):
