@@ -3,7 +3,8 @@
 Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (replies, by
 cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
-/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``. A bearer token, when configured, guards every route except
+/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``, and the ``POST`` routes of
+push platforms (``/slack/events``), which authenticate their requests themselves. A bearer token, when configured, guards every route except
 ``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
@@ -24,8 +25,8 @@ import os
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from hermes_actors.adapters.http_metrics import CONTENT_TYPE, GatewayMetrics
 from hermes_actors.adapters.http_requests import (
@@ -49,7 +50,21 @@ from hermes_actors.model.dsn import scrub
 from hermes_actors.model.entry import validate_session_key
 from hermes_actors.model.timeutil import from_epoch, isoformat
 
-__all__ = ["HttpApi", "make_server", "no_delay"]
+__all__ = ["HttpApi", "Webhook", "WebhookRequest", "make_server", "no_delay"]
+
+#: A platform's route handler: ``(lower-cased headers, body) -> (status, JSON body)``.
+class WebhookRequest(NamedTuple):
+    """What a platform's own route is given: the query, the headers (lower-case names) and
+    the body (read, capped; empty for a ``GET``)."""
+
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+
+
+#: A platform's own route (``/slack/events``, ``/whatsapp/webhook``): ``(status, answer)``,
+#: the answer JSON, or plain text when it is a ``str`` (a subscription's challenge).
+Webhook = Callable[[WebhookRequest], tuple[int, Any]]
 
 log = logging.getLogger("hermes_actors.http")
 #: One line per answered request: method, path, status and milliseconds (a long poll's
@@ -224,7 +239,7 @@ class HttpApi:
 
     def __init__(self, gateway: Any, outbox: Outbox, settings: Any, *,
                  report: Callable[[], Any] = lambda: None,
-                 webhooks: Iterable[Any] = ()) -> None:
+                 webhooks: Mapping[str, Mapping[str, Webhook]] | None = None) -> None:
         self._gw = gateway
         self._outbox = outbox
         self._token = settings.token
@@ -247,13 +262,11 @@ class HttpApi:
             "/v1/sessions": {"GET": self._list_sessions},
             _SESSIONS_PREFIX: {"GET": self._get_session},
         }
-        #: Platform webhooks (``webhook_path``, ``verify``, ``receive``: the WhatsApp
-        #: adapter's): authenticated by the platform's signature, not by the bearer token.
-        self._webhooks: dict[str, Any] = {}
-        for adapter in webhooks:
-            self._webhooks[adapter.webhook_path] = adapter
-            self._routes[adapter.webhook_path] = {"GET": self._webhook_verify,
-                                                  "POST": self._webhook_receive}
+        #: Platforms' own routes (``/slack/events``, ``/whatsapp/webhook``), path -> method
+        #: -> handler: authenticated by the platform's signature, not by the bearer token.
+        self._webhooks = {path: dict(methods) for path, methods in (webhooks or {}).items()}
+        for path, methods in self._webhooks.items():
+            self._routes[path] = {method: self._webhook for method in methods}
 
     # -- WSGI -------------------------------------------------------------------------------
 
@@ -375,6 +388,26 @@ class HttpApi:
             return _json(200, {**body, "duplicate": True})
         return _json(202, body)
 
+    def _webhook(self, request: _Request) -> _Response:
+        """A platform's own route (Slack's events, WhatsApp's webhook): its handler
+        authenticates the request and answers a push once what it carries is durable."""
+        method = request.method
+        body = b""
+        if method == "POST":
+            if not self.accepting:
+                self._gw.ingress.refused("stopping")
+                raise RequestError(503, "the gateway is shutting down; send it again later")
+            body = request.read_body()
+        headers = {name[5:].replace("_", "-").lower(): value
+                   for name, value in request.environ.items()
+                   if name.startswith("HTTP_") and isinstance(value, str)}
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(request.query).items()}
+        status, data = self._webhooks[request.path][method](
+            WebhookRequest(query, headers, body))
+        if isinstance(data, str):
+            return _Response(status, data.encode("utf-8"), "text/plain; charset=utf-8")
+        return _json(status, data)
+
     def _get_outbox(self, request: _Request) -> _Response:
         query = parse_outbox_query(request.query, platforms=self._platforms)
         if self._store_outage():  # at once, not after the read pool's timeout
@@ -400,33 +433,6 @@ class HttpApi:
                              self._keepalive, _outbox_message)
         return _Response(200, b"", "text/event-stream; charset=utf-8",
                          [("X-Accel-Buffering", "no")], stream=stream)
-
-    def _webhook_verify(self, request: _Request) -> _Response:
-        """A platform's subscription check (``GET``): its challenge as plain text."""
-        from hermes_actors.adapters.whatsapp.adapter import WebhookRejected
-
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(request.query).items()}
-        try:
-            answer = self._webhooks[request.path].verify(query)
-        except WebhookRejected as exc:
-            raise RequestError(exc.status, exc.message) from None
-        return _Response(200, answer.encode("utf-8"), "text/plain; charset=utf-8")
-
-    def _webhook_receive(self, request: _Request) -> _Response:
-        """A platform's webhook (``POST``): 200 once every message it carries is durable;
-        a store failure is a 503 (the platform delivers it again)."""
-        from hermes_actors.adapters.whatsapp.adapter import WebhookRejected
-
-        if not self.accepting:
-            self._gw.ingress.refused("stopping")
-            raise RequestError(503, "the gateway is shutting down; deliver it again later")
-        body = request.read_body()
-        try:
-            count = self._webhooks[request.path].receive(
-                body, request.environ.get("HTTP_X_HUB_SIGNATURE_256"), self._gw.submit)
-        except WebhookRejected as exc:
-            raise RequestError(exc.status, exc.message) from None
-        return _json(200, {"messages": count})
 
     def _list_sessions(self, request: _Request) -> _Response:
         limit = parse_count(parse_query(request.query))

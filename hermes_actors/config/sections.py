@@ -144,6 +144,18 @@ def _phone_number_id(key: str, value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
+class SlackConfig:
+    """``slack``: the Slack adapter (Events API), on when ``platforms`` lists ``slack``."""
+
+    #: The environment variable holding the bot token (``xoxb-...``; never in the file).
+    bot_token_env: str = _opt(_str, "SLACK_BOT_TOKEN")
+    #: The environment variable holding the app's signing secret.
+    signing_secret_env: str = _opt(_str, "SLACK_SIGNING_SECRET")
+    #: Another Web API root (a test's fake); ``None``: ``https://slack.com/api/``.
+    api_base_url: str | None = _opt(_url, None)
+
+
+@dataclass(frozen=True)
 class WhatsAppConfig:
     """``whatsapp``: the WhatsApp Cloud API adapter (on when ``platforms`` lists
     ``whatsapp``), and LID → phone aliases for canonical identifiers."""
@@ -263,6 +275,7 @@ class GatewayConfig:
     home_channels: dict[str, HomeChannel] = _opt(_home_channels, None)
     whatsapp: WhatsAppConfig = _section(WhatsAppConfig)
     telegram: TelegramConfig = _section(TelegramConfig)
+    slack: SlackConfig = _section(SlackConfig)
     store: StoreConfig = _section(StoreConfig)
     cluster: ClusterConfig = _section(ClusterConfig)
     #: Dotted paths of legacy keys that were accepted and ignored (``session_reset.mode``).

@@ -299,8 +299,10 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     tune_gc()
     outbox.bind(lambda: slot.store)
     report_box: list[Any] = []
+    webhooks = {path: handler for adapter in platforms if hasattr(adapter, "routes")
+                for path, handler in adapter.routes().items()}
     app = HttpApi(slot, outbox, http, report=lambda: report_box[0] if report_box else None,
-                  webhooks=[a for a in platforms if hasattr(a, "webhook_path")])
+                  webhooks=webhooks)
     try:
         server = make_server(app, http.host, http.port, socket_timeout=http.body_timeout,
                              max_connections=http.max_connections,
@@ -316,10 +318,11 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
         freeze_startup_heap()
         report_box.append(report)  # its summary line was logged by start()
         server.start()
-        if not config.cluster.enabled:  # a node polls while it holds the adapter's lease
-            for adapter in platforms:
-                if hasattr(adapter, "start_polling"):  # (a webhook platform needs no poll)
-                    adapter.start_polling(slot.submit, checkpoint=crashpoint)
+        for adapter in platforms:
+            if hasattr(adapter, "start_events"):  # a push platform: every node takes events
+                adapter.start_events(slot.submit)
+            elif not config.cluster.enabled:  # a node polls while it holds the lease
+                adapter.start_polling(slot.submit, checkpoint=crashpoint)
         host, port = server.server_host, server.server_port
         warning = open_bind_warning(server.socket.getsockname()[0], http.token)
         if warning:
@@ -332,7 +335,9 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
                 break
         app.accepting = False
         for adapter in platforms:
-            if hasattr(adapter, "stop_polling"):
+            if hasattr(adapter, "stop_events"):
+                adapter.stop_events()
+            else:
                 adapter.stop_polling()
         _log_event("stopping", signal=signals.name, drain_timeout=config.restart_drain_timeout)
         # A second signal calls stop(drain_timeout=0), which cuts the running drain short.

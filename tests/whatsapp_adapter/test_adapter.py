@@ -115,7 +115,8 @@ def _call(app, method, body=b"", signature=None, query=""):
 
 def _app(adapter, gateway):
     http = load_config({"http": {"token": "bearer-token"}}, env={}).http
-    return HttpApi(gateway, Outbox(), http, webhooks=[adapter])
+    adapter.start_events(gateway.submit)
+    return HttpApi(gateway, Outbox(), http, webhooks=adapter.routes())
 
 
 class TestRoutes:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
+from hermes_actors.adapters.split import split_message as _split
+from hermes_actors.adapters.split import utf16_length
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.model.source import SessionSource
 
@@ -35,7 +37,6 @@ __all__ = ["MESSAGE_LIMIT", "message_event", "split_message", "utf16_length"]
 
 #: The most text one Telegram message may carry, in UTF-16 code units.
 MESSAGE_LIMIT = 4096
-_SEPARATORS = ("\n\n", "\n", " ")
 _Text = TypeVar("_Text", str, None)
 #: A bot command addressed to a bot (``/cmd@name``, as Telegram's names are spelled), up to
 #: the whitespace that ends the command word.
@@ -123,50 +124,7 @@ def _strip_bot_mention(text: str, bot_username: str | None) -> str | None:
     return match.group(1) + text[match.end():]
 
 
-def utf16_length(text: str) -> int:
-    """The length of ``text`` as the Bot API counts it (UTF-16 code units)."""
-    return len(text.encode("utf-16-le")) // 2
-
-
-def _fitting(text: str, limit: int) -> int:
-    """How many code points of ``text`` fit in ``limit`` UTF-16 code units."""
-    units = 0
-    for index, char in enumerate(text):
-        units += 2 if ord(char) > 0xFFFF else 1
-        if units > limit:
-            return index
-    return len(text)
-
-
-def _cut(window: str) -> tuple[int, str]:
-    """Where to end a chunk within ``window``, and the separator found there."""
-    for separator in _SEPARATORS:
-        index = window.rfind(separator)
-        if index > 0:
-            return index + len(separator), separator
-    return len(window), ""
-
-
 def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """``text`` as messages of at most ``limit`` UTF-16 code units, in order.
-
-    Cut at the last paragraph break that fits, else the last line break, else the last
-    space, else hard at the limit. The whitespace at a cut is dropped (Telegram would trim
-    it anyway) and no chunk is blank; every other character is kept, in order. A text that
-    fits is returned unchanged, as one message.
-    """
-    if limit < 2:
-        raise ValueError("limit must be at least 2 UTF-16 code units")
-    chunks: list[str] = []
-    rest = text
-    while utf16_length(rest) > limit:
-        cut, separator = _cut(rest[:_fitting(rest, limit)])
-        head = rest[:cut].rstrip()
-        if head:
-            chunks.append(head)
-        rest = rest[cut:]
-        if separator:
-            rest = rest.lstrip("\n" if "\n" in separator else " ")
-    if rest.strip() or not chunks:
-        chunks.append(rest)
-    return chunks
+    """``text`` as messages of at most ``limit`` UTF-16 code units, in order
+    (:func:`hermes_actors.adapters.split.split_message`)."""
+    return _split(text, limit)

@@ -96,9 +96,6 @@ def read_secrets(settings: WhatsAppConfig, env: Mapping[str, str]) -> WhatsAppSe
 class WhatsAppAdapter:
     """The ``whatsapp`` platform of one business phone number."""
 
-    #: The HTTP adapter serves Meta's webhook here.
-    webhook_path = WEBHOOK_PATH
-
     def __init__(self, settings: WhatsAppConfig, secrets: WhatsAppSecrets, *,
                  client: GraphClient | None = None) -> None:
         #: Always ``whatsapp``.
@@ -115,6 +112,8 @@ class WhatsAppAdapter:
                                              str(settings.api_base_url))
         #: Messages submitted so far.
         self.submitted = 0
+        #: Where messages go (``Gateway.submit``) while the process takes events.
+        self._submit: Callable[[MessageEvent], Any] | None = None
 
     @property
     def client(self) -> GraphClient:
@@ -139,11 +138,43 @@ class WhatsAppAdapter:
         return self.phone
 
     def close(self) -> None:
-        """Stop sending."""
+        """Stop taking messages and sending."""
+        self.stop_events()
         self.connected = False
         self._client.close()
 
     # -- the webhook --------------------------------------------------------------------------
+
+    def routes(self) -> dict[str, dict[str, Callable[[Any], tuple[int, Any]]]]:
+        """The HTTP routes this adapter serves (Meta's webhook, not behind the bearer
+        token): path -> method -> handler of a
+        :class:`~hermes_actors.adapters.http.WebhookRequest`."""
+        return {WEBHOOK_PATH: {"GET": self._verify_route, "POST": self._receive_route}}
+
+    def start_events(self, submit: Callable[[MessageEvent], Any]) -> None:
+        """Hand messages to ``submit`` (``Gateway.submit``) from now on."""
+        self._submit = submit
+
+    def stop_events(self) -> None:
+        """Answer webhooks ``503`` from now on (Meta delivers them again later)."""
+        self._submit = None
+
+    def _verify_route(self, request: Any) -> tuple[int, Any]:
+        try:
+            return 200, self.verify(request.query)
+        except WebhookRejected as exc:
+            return exc.status, {"error": exc.message}
+
+    def _receive_route(self, request: Any) -> tuple[int, Any]:
+        submit = self._submit
+        if submit is None:
+            return 503, {"error": "the gateway is not taking WhatsApp messages now"}
+        try:
+            count = self.receive(request.body, request.headers.get("x-hub-signature-256"),
+                                 submit)
+        except WebhookRejected as exc:
+            return exc.status, {"error": exc.message}
+        return 200, {"messages": count}
 
     def verify(self, query: Mapping[str, str]) -> str:
         """The answer to Meta's subscription check (``GET``), or :class:`WebhookRejected`."""
