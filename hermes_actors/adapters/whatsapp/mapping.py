@@ -26,6 +26,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
+from hermes_actors.adapters import split
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.model.source import SessionSource
 from hermes_actors.model.whatsapp import canonical_whatsapp_identifier
@@ -38,7 +39,6 @@ MESSAGE_LIMIT = 4096
 #: How a media id is named in ``MessageEvent.media_urls``.
 MEDIA_SCHEME = "whatsapp-media:"
 _SIGNATURE_PREFIX = "sha256="
-_SEPARATORS = ("\n\n", "\n", " ")
 _MEDIA = {"image": MessageType.PHOTO, "audio": MessageType.VOICE,
           "document": MessageType.DOCUMENT, "video": MessageType.DOCUMENT,
           "sticker": MessageType.PHOTO}
@@ -166,30 +166,7 @@ def _content(message: Mapping[str, Any]) -> tuple[str, MessageType, tuple[str, .
     return None
 
 
-def _cut(window: str) -> tuple[int, str]:
-    for separator in _SEPARATORS:
-        index = window.rfind(separator)
-        if index > 0:
-            return index + len(separator), separator
-    return len(window), ""
-
-
 def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """``text`` as messages of at most ``limit`` characters, in order: cut at the last
-    paragraph break that fits, else line break, else space, else hard at the limit (the
-    whitespace at a cut is dropped; no chunk is blank). A text that fits is one message."""
-    if limit < 2:
-        raise ValueError("limit must be at least 2 characters")
-    chunks: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        cut, separator = _cut(rest[:limit])
-        head = rest[:cut].rstrip()
-        if head:
-            chunks.append(head)
-        rest = rest[cut:]
-        if separator:
-            rest = rest.lstrip("\n" if "\n" in separator else " ")
-    if rest.strip() or not chunks:
-        chunks.append(rest)
-    return chunks
+    """``text`` as messages of at most ``limit`` characters, in order (the shared splitter:
+    paragraph, line or space breaks; it counts UTF-16 units, stricter than characters)."""
+    return split.split_message(text, limit)
