@@ -6,6 +6,7 @@ stdout, and HTTP answers (the outbox long poll waits for replies). Nothing sleep
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -177,24 +179,40 @@ class GatewayProcess:
             self.proc.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def stopped_after() -> Iterator[list[GatewayProcess]]:
+    """A list for the gateways a fixture starts: each is stopped (or killed) at the end."""
+    started: list[GatewayProcess] = []
+    try:
+        yield started
+    finally:
+        for gateway in started:
+            try:
+                gateway.stop(timeout=30)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+
+
+def platform_home(tmp_path: Path, config: dict) -> Path:
+    """``<tmp_path>/home`` with ``config`` as its ``config.yaml`` (JSON is YAML)."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
+    return home
+
+
 @pytest.fixture
 def start_gateway(tmp_path):
     """``start_gateway(*args, home=None, env=None, token=None)`` → a ready GatewayProcess;
     every process is stopped (or killed) after the test."""
-    started: list[GatewayProcess] = []
+    with stopped_after() as started:
+        def start(*args: str, home: Path | None = None, env: dict[str, str] | None = None,
+                  token: str | None = None) -> GatewayProcess:
+            gateway = GatewayProcess(home or tmp_path / "home", *args, env=env, token=token)
+            started.append(gateway)
+            return gateway
 
-    def start(*args: str, home: Path | None = None, env: dict[str, str] | None = None,
-              token: str | None = None) -> GatewayProcess:
-        gateway = GatewayProcess(home or tmp_path / "home", *args, env=env, token=token)
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        try:
-            gateway.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
+        yield start
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from loopback import serve
 from slack_sdk.signature import SignatureVerifier
 
 #: The bot token and signing secret the fake (and the signed posts) use.
@@ -47,21 +48,8 @@ class FakeSlackApi:
         #: (method, status, error, retry_after, times left)
         self.failures: list[list[Any]] = []
         self.next_ts = 1
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                fake._handle(self)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve(self._handle)
         self.url = f"http://127.0.0.1:{self.server.server_port}/api/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()

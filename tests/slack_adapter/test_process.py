@@ -9,11 +9,10 @@ for what the fake sees and for the process's own log lines; nothing sleeps.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
-from process.conftest import GatewayProcess, run_cli
+from process.conftest import GatewayProcess, platform_home, run_cli, stopped_after
 
 from hermes_actors.testing import db_rows
 
@@ -22,33 +21,23 @@ from .fake_slack_api import BOT_USER, SIGNING_SECRET, TEAM, TOKEN, message, sign
 SECRETS = {"SLACK_BOT_TOKEN": TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET}
 
 
-def _home(tmp_path, slack_api, **slack) -> object:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    config = {"platforms": ["slack"], "http": {"token": "bearer-for-the-api"},
-              "slack": {"api_base_url": slack_api.url, **slack}}
-    (home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
-    return home
+def _config(slack_api, **slack) -> dict:
+    return {"platforms": ["slack"], "http": {"token": "bearer-for-the-api"},
+            "slack": {"api_base_url": slack_api.url, **slack}}
 
 
 @pytest.fixture
 def slack_gateway(tmp_path, slack_api):
     """``start(*args, env=None)`` → a ready gateway serving the fake Slack app."""
-    started: list[GatewayProcess] = []
+    with stopped_after() as started:
+        def start(*args: str, env: dict | None = None) -> GatewayProcess:
+            home = platform_home(tmp_path, _config(slack_api))
+            gateway = GatewayProcess(home, "--agent", "scripted", *args,
+                                     env={**SECRETS, **(env or {})})
+            started.append(gateway)
+            return gateway
 
-    def start(*args: str, env: dict | None = None) -> GatewayProcess:
-        home = _home(tmp_path, slack_api)
-        gateway = GatewayProcess(home, "--agent", "scripted", *args,
-                                 env={**SECRETS, **(env or {})})
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        try:
-            gateway.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
+        yield start
 
 
 def post_event(gateway, payload, **signing) -> tuple[int, object]:
@@ -199,7 +188,7 @@ class TestStartErrors:
 
     @pytest.mark.parametrize("missing", ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"])
     def test_missing_secret(self, tmp_path, slack_api, missing):
-        home = _home(tmp_path, slack_api)
+        home = platform_home(tmp_path, _config(slack_api))
         env = {k: v for k, v in SECRETS.items() if k != missing}
         done = run_cli("run", "--home", str(home), "--port", "0", env=env)
         assert done.returncode == 2, done.stderr
@@ -207,7 +196,7 @@ class TestStartErrors:
         assert "Traceback" not in done.stderr
 
     def test_rejected_token(self, tmp_path, slack_api):
-        home = _home(tmp_path, slack_api)
+        home = platform_home(tmp_path, _config(slack_api))
         wrong = "xoxb-this-secret-is-not-the-right-one"
         done = run_cli("run", "--home", str(home), "--port", "0",
                        env={**SECRETS, "SLACK_BOT_TOKEN": wrong})

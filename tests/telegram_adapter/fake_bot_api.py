@@ -18,8 +18,10 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback import serve
 
 #: The token the fake accepts.
 TOKEN = "123456789:TEST-secret-token-for-the-fake-api"
@@ -68,23 +70,8 @@ class FakeBotApi:
         self.max_polling = 0
         #: Seconds every getUpdates is held at least, whatever its timeout (a slow server).
         self.min_hold = 0.0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                fake._handle(self)
-
-            do_POST = do_GET
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve(self._handle)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         with self.cond:

@@ -9,43 +9,31 @@ process's own log lines; nothing sleeps.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from process.conftest import GatewayProcess, run_cli
+from process.conftest import GatewayProcess, platform_home, run_cli, stopped_after
 
 from hermes_actors.testing import db_rows
 
 from .fake_bot_api import TOKEN, group, private
 
 
-def _home(tmp_path, bot_api, **telegram) -> object:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    config = {"platforms": ["telegram"],
-              "telegram": {"api_base_url": bot_api.url, **telegram}}
-    (home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
-    return home
+def _config(bot_api, **telegram) -> dict:
+    return {"platforms": ["telegram"], "telegram": {"api_base_url": bot_api.url, **telegram}}
 
 
 @pytest.fixture
 def telegram_gateway(tmp_path, bot_api):
     """``start(*args, env=None, **telegram)`` → a ready gateway serving the fake bot."""
-    started: list[GatewayProcess] = []
+    with stopped_after() as started:
+        def start(*args: str, env: dict | None = None, **telegram) -> GatewayProcess:
+            home = platform_home(tmp_path, _config(bot_api, **telegram))
+            gateway = GatewayProcess(home, "--agent", "scripted", *args,
+                                     env={"TELEGRAM_BOT_TOKEN": TOKEN, **(env or {})})
+            started.append(gateway)
+            return gateway
 
-    def start(*args: str, env: dict | None = None, **telegram) -> GatewayProcess:
-        home = _home(tmp_path, bot_api, **telegram)
-        gateway = GatewayProcess(home, "--agent", "scripted", *args,
-                                 env={"TELEGRAM_BOT_TOKEN": TOKEN, **(env or {})})
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        try:
-            gateway.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
+        yield start
 
 
 def _texts(calls) -> list[str]:
@@ -140,14 +128,14 @@ class TestStartErrors:
     """A missing or rejected token is one clear line and exit 2, never a traceback."""
 
     def test_missing_token(self, tmp_path, bot_api):
-        home = _home(tmp_path, bot_api)
+        home = platform_home(tmp_path, _config(bot_api))
         done = run_cli("run", "--home", str(home), "--port", "0")
         assert done.returncode == 2
         assert "TELEGRAM_BOT_TOKEN" in done.stderr and "is not set" in done.stderr
         assert "Traceback" not in done.stderr
 
     def test_rejected_token(self, tmp_path, bot_api):
-        home = _home(tmp_path, bot_api)
+        home = platform_home(tmp_path, _config(bot_api))
         wrong = "42:this-secret-is-not-the-right-one"
         done = run_cli("run", "--home", str(home), "--port", "0",
                        env={"TELEGRAM_BOT_TOKEN": wrong})

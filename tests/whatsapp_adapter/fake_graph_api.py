@@ -19,8 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback import serve
 
 TOKEN = "EAAG-test-access-token-for-the-fake-graph-api"
 APP_SECRET = "test-app-secret-0123456789"
@@ -58,23 +60,8 @@ class FakeGraphApi:
         self.cond = threading.Condition()
         self.calls: list[Call] = []
         self.failures: list[_Failure] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                fake._handle(self)
-
-            do_POST = do_GET
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve(self._handle)
         self.url = f"http://127.0.0.1:{self.server.server_port}/v21.0"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 import urllib.parse
 
 import pytest
-from process.conftest import GatewayProcess, run_cli
+from process.conftest import GatewayProcess, platform_home, run_cli, stopped_after
 
 from hermes_actors.testing import db_rows
 
@@ -41,33 +40,24 @@ def graph_api():
     api.close()
 
 
-def _home(tmp_path, graph_api, **whatsapp) -> object:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    config = {"platforms": ["whatsapp"], "http": {"token": "http-bearer-token"},
-              "whatsapp": {"api_base_url": graph_api.url, "phone_number_id": PHONE_NUMBER_ID,
-                           **whatsapp}}
-    (home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
-    return home
+def _config(graph_api, **whatsapp) -> dict:
+    return {"platforms": ["whatsapp"], "http": {"token": "http-bearer-token"},
+            "whatsapp": {"api_base_url": graph_api.url, "phone_number_id": PHONE_NUMBER_ID,
+                         **whatsapp}}
 
 
 @pytest.fixture
 def whatsapp_gateway(tmp_path, graph_api):
     """``start(env=None, **whatsapp)`` → a ready gateway serving the fake phone number."""
-    started: list[GatewayProcess] = []
+    with stopped_after() as started:
+        def start(*args: str, env: dict | None = None, **whatsapp) -> GatewayProcess:
+            home = platform_home(tmp_path, _config(graph_api, **whatsapp))
+            gateway = GatewayProcess(home, "--agent", "scripted", *args,
+                                     env={**ENV, **(env or {})})
+            started.append(gateway)
+            return gateway
 
-    def start(*args: str, env: dict | None = None, **whatsapp) -> GatewayProcess:
-        home = _home(tmp_path, graph_api, **whatsapp)
-        gateway = GatewayProcess(home, "--agent", "scripted", *args, env={**ENV, **(env or {})})
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        try:
-            gateway.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
+        yield start
 
 
 def _get(port: int, query: dict) -> tuple[int, str]:
@@ -168,7 +158,7 @@ class TestStartErrors:
 
     @pytest.mark.parametrize("missing", sorted(ENV))
     def test_missing_secret(self, tmp_path, graph_api, missing):
-        home = _home(tmp_path, graph_api)
+        home = platform_home(tmp_path, _config(graph_api))
         done = run_cli("run", "--home", str(home), "--port", "0",
                        env={k: v for k, v in ENV.items() if k != missing})
         assert done.returncode == 2, done.stderr
@@ -177,7 +167,7 @@ class TestStartErrors:
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
     def test_rejected_token(self, tmp_path, graph_api):
-        home = _home(tmp_path, graph_api)
+        home = platform_home(tmp_path, _config(graph_api))
         wrong = "EAAG-this-token-is-not-the-right-one"
         done = run_cli("run", "--home", str(home), "--port", "0",
                        env={**ENV, "WHATSAPP_TOKEN": wrong})
