@@ -3,7 +3,9 @@
 Routes: ``POST /v1/messages`` (an inbound message → 202), ``GET /v1/outbox`` (replies, by
 cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server-Sent
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
-/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``, and the ``POST`` routes of
+/v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``, the operator routes under
+``/v1/admin/`` (:mod:`~hermes_actors.adapters.http_admin`, behind ``http.admin_token``
+only), and the ``POST`` routes of
 push platforms (``/slack/events``), which authenticate their requests themselves. A bearer token, when configured, guards every route except
 ``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
@@ -28,6 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from hermes_actors.adapters.http_admin import ADMIN_PREFIX, AdminRoutes
 from hermes_actors.adapters.http_metrics import CONTENT_TYPE, GatewayMetrics
 from hermes_actors.adapters.http_requests import (
     RequestError,
@@ -83,7 +86,7 @@ _RETRY_AFTER = "5"
 _BUSY_RETRY_AFTER = "1"
 _REASONS = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    404: "Not Found",
+    404: "Not Found", 409: "Conflict",
     405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
     422: "Unprocessable Content", 429: "Too Many Requests",
     500: "Internal Server Error", 503: "Service Unavailable",
@@ -243,6 +246,9 @@ class HttpApi:
         self._gw = gateway
         self._outbox = outbox
         self._token = settings.token
+        #: The operator routes' token (``http.admin_token``); ``None``: those routes are off.
+        self._admin_token = getattr(settings, "admin_token", None)
+        self._admin = AdminRoutes(gateway)
         self._max_body = int(settings.max_body)
         self._body_timeout = float(getattr(settings, "body_timeout", 0) or 0) or None
         self._platforms = tuple(settings.platforms)
@@ -314,9 +320,13 @@ class HttpApi:
             return path
         if path.startswith(_SESSIONS_PREFIX):
             return _SESSIONS_PREFIX
+        if path.startswith(ADMIN_PREFIX):
+            return ADMIN_PREFIX
         return "other"
 
     def _handle(self, request: _Request, route: str) -> _Response:
+        if route == ADMIN_PREFIX:
+            return self._handle_admin(request)
         if route != "/healthz" and route not in self._webhooks:
             check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._token)
         methods = self._routes.get(route)
@@ -330,6 +340,16 @@ class HttpApi:
                 f"(allowed: {allowed})", [("Allow", allowed)],
             )
         return handler(request)
+
+    def _handle_admin(self, request: _Request) -> _Response:
+        """An operator route: only ``http.admin_token`` opens it (not the ingress token);
+        without one configured the routes do not exist (404)."""
+        if not self._admin_token:
+            raise RequestError(404, f"no such endpoint: {request.path} (the operator routes "
+                               "are off: set http.admin_token)")
+        check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._admin_token)
+        status, data = self._admin.handle(request.method, request.path, request.query)
+        return _json(status, data)
 
     # -- routes -----------------------------------------------------------------------------
 

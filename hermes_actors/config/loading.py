@@ -37,6 +37,7 @@ ENV_OVERRIDES = {
     "HERMES_HTTP_HOST": "http.host",
     "HERMES_HTTP_PORT": "http.port",
     "HERMES_HTTP_TOKEN": "http.token",
+    "HERMES_HTTP_ADMIN_TOKEN": "http.admin_token",
     "HERMES_HTTP_MAX_CONNECTIONS": "http.max_connections",
     "HERMES_STORE_BACKEND": "store.backend",
     "HERMES_STORE_DSN": "store.dsn",

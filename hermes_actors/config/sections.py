@@ -97,6 +97,9 @@ class HttpConfig:
     port: int = _opt(_number(0, integer=True, maximum=65535), 8642)
     #: The bearer token every route but ``/healthz`` needs; ``None``: no token.
     token: str | None = field(default=None, repr=False, metadata={"parse": _token})
+    #: The bearer token of the operator routes (``/v1/admin/...``); ``None``: they are off
+    #: (404). Neither token opens the other's routes.
+    admin_token: str | None = field(default=None, repr=False, metadata={"parse": _token})
     max_body: int = _opt(_number(1, integer=True), 1_048_576)
     #: Seconds a request body may take to arrive (slow clients get 408).
     body_timeout: float = _opt(_number(0.001), 10.0)
@@ -111,6 +114,11 @@ class HttpConfig:
     header_timeout: float = _opt(_number(0.001), 10.0)
     #: Seconds a kept-alive connection may stay idle between requests before it is closed.
     keepalive_timeout: float = _opt(_number(0.001), 15.0)
+
+    def __post_init__(self) -> None:
+        if self.admin_token is not None and self.admin_token == self.token:
+            raise ConfigError("config key 'http.admin_token': must differ from http.token "
+                              "(the ingress token must not open the operator routes)")
 
 
 @dataclass(frozen=True)

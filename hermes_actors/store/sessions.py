@@ -136,6 +136,11 @@ class SessionLifecycle:
         """Mark ``key`` suspended: its next access rotates to a new session id."""
         return self.change(key, lambda e: e.evolve(suspended=True))
 
+    def unsuspend_session(self, key: str) -> bool:
+        """Clear ``suspended`` (an operator's call): the next access keeps the session id.
+        ``False`` for an unknown key."""
+        return self.change(key, lambda e: e.evolve(suspended=False))
+
     def mark_resume_pending(self, key: str, reason: str) -> bool:
         """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller states
         the newer cause) and ``last_resume_marked_at``; refused on a suspended entry."""

@@ -246,6 +246,11 @@ class SessionStore:
         """Mark ``key`` suspended: its next access rotates to a new session id."""
         return self._sessions.suspend_session(key)
 
+    def unsuspend_session(self, key: str) -> bool:
+        """Clear ``suspended``: the next access keeps the session id; ``False`` for an
+        unknown key."""
+        return self._sessions.unsuspend_session(key)
+
     def mark_resume_pending(self, key: str, reason: str) -> bool:
         """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller
         states the newer cause) and ``last_resume_marked_at``; refused on a suspended

@@ -1,0 +1,130 @@
+"""The operator routes of the HTTP adapter (§12, ``/v1/admin/...``): look at sessions, stop or
+reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension.
+
+Guarded by ``http.admin_token`` (and off, 404, without one: :class:`HttpApi` decides that);
+this module only reads the gateway and the store and shapes the answers. A handler returns
+``(status, JSON body)`` or raises :class:`~hermes_actors.adapters.http_requests.RequestError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_actors.adapters.http_requests import RequestError, parse_count, parse_query
+from hermes_actors.model.events import MessageEvent
+from hermes_actors.model.timeutil import isoformat
+
+__all__ = ["ADMIN_PREFIX", "AdminRoutes"]
+
+ADMIN_PREFIX = "/v1/admin/"
+_SESSIONS = ADMIN_PREFIX + "sessions"
+_STATES = ("running", "suspended", "resume_pending", "all")
+#: ``POST /v1/admin/sessions/<key>/<action>``: the chat command each one submits.
+_COMMANDS = {"cancel": "/stop", "reset": "/new"}
+
+
+class AdminRoutes:
+    """The operator routes of one gateway."""
+
+    def __init__(self, gateway: Any) -> None:
+        self._gw = gateway
+
+    def handle(self, method: str, path: str, query: str) -> tuple[int, Any]:
+        """Answer ``method path?query`` (``path`` starts with :data:`ADMIN_PREFIX`)."""
+        if path == _SESSIONS:
+            self._allow(method, "GET", path)
+            return self._list_sessions(query)
+        if path.startswith(_SESSIONS + "/"):
+            rest = path[len(_SESSIONS) + 1:]
+            key, _, action = rest.rpartition("/")
+            if key and action in (*_COMMANDS, "unsuspend"):
+                self._allow(method, "POST", path)
+                if action == "unsuspend":
+                    return self._unsuspend(key)
+                return self._command(key, _COMMANDS[action])
+            self._allow(method, "GET", path)
+            return self._show_session(rest)
+        raise RequestError(404, f"no such endpoint: {path}")
+
+    @staticmethod
+    def _allow(method: str, allowed: str, path: str) -> None:
+        if method != allowed:
+            raise RequestError(405, f"method {method} is not allowed on {path} "
+                               f"(allowed: {allowed})", [("Allow", allowed)])
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def _summary(self, entry: Any) -> dict[str, Any]:
+        stats = self._gw.session_statistics(entry.session_key)
+        origin = entry.origin
+        return {
+            "session_key": entry.session_key,
+            "session_id": entry.session_id,
+            "platform": entry.platform,
+            "chat_id": origin.chat_id if origin is not None else None,
+            "thread_id": origin.thread_id if origin is not None else None,
+            "running": bool(stats.running) if stats is not None else False,
+            "queue_depth": stats.queue_depth if stats is not None else 0,
+            "suspended": entry.suspended,
+            "resume_pending": entry.resume_pending,
+            "updated_at": isoformat(entry.updated_at) if entry.updated_at else None,
+        }
+
+    def _list_sessions(self, query: str) -> tuple[int, Any]:
+        params = parse_query(query)
+        state = params.get("state", "all")
+        if state not in _STATES:
+            raise RequestError(400, f"state must be one of {', '.join(_STATES)}, got {state!r}")
+        limit = parse_count(params)
+        entries = sorted(self._gw.list_sessions(), key=_recency, reverse=True)
+        if state in ("suspended", "resume_pending"):
+            entries = [e for e in entries if getattr(e, state)]
+        sessions: list[dict[str, Any]] = []
+        for entry in entries:
+            if len(sessions) >= limit:
+                break
+            summary = self._summary(entry)
+            if state != "running" or summary["running"]:
+                sessions.append(summary)
+        return 200, {"sessions": sessions}
+
+    def _entry(self, key: str) -> Any:
+        entry = self._gw.session_entry(key) if key else None
+        if entry is None:
+            raise RequestError(404, f"no session with key {key!r}")
+        return entry
+
+    def _show_session(self, key: str) -> tuple[int, Any]:
+        entry = self._entry(key)
+        store = self._gw.store
+        tail = 20
+        if hasattr(store, "load_transcript_tail"):
+            transcript = store.load_transcript_tail(entry.session_id, tail)
+        else:  # pragma: no cover - every store has it today
+            transcript = store.load_transcript(entry.session_id)[-tail:]
+        inbox = [event.to_dict() for k, event in store.pending_inbox() if k == key]
+        return 200, {
+            **self._summary(entry),
+            "transcript_tail": transcript,
+            "inbox": inbox,
+            "deliveries": store.ledger_rows(session_key=key),
+        }
+
+    def _command(self, key: str, text: str) -> tuple[int, Any]:
+        """Submit ``text`` as if the session's chat had sent it (its origin's source): the
+        session actor handles it exactly as that chat's command."""
+        entry = self._entry(key)
+        if entry.origin is None:
+            raise RequestError(409, f"session {key!r} has no origin to send {text} from")
+        event_id = self._gw.submit(MessageEvent(source=entry.origin, text=text))
+        return 202, {"event_id": event_id}
+
+    def _unsuspend(self, key: str) -> tuple[int, Any]:
+        if not self._gw.store.unsuspend_session(key):
+            raise RequestError(404, f"no session with key {key!r}")
+        return 200, {"session_key": key, "suspended": False}
+
+
+def _recency(entry: Any) -> float:
+    when = entry.updated_at or entry.created_at
+    return when.timestamp() if when else 0.0
