@@ -1,5 +1,6 @@
 """The operator routes of the HTTP adapter (§12, ``/v1/admin/...``): look at sessions, stop or
-reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension.
+reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension; list the failed
+and abandoned deliveries and put one back for the next ledger sweep.
 
 Guarded by ``http.admin_token`` (and off, 404, without one: :class:`HttpApi` decides that);
 this module only reads the gateway and the store and shapes the answers. A handler returns
@@ -18,6 +19,9 @@ __all__ = ["ADMIN_PREFIX", "AdminRoutes"]
 
 ADMIN_PREFIX = "/v1/admin/"
 _SESSIONS = ADMIN_PREFIX + "sessions"
+_DELIVERIES = ADMIN_PREFIX + "deliveries"
+#: The ledger states ``GET /v1/admin/deliveries`` lists (both by default).
+_DELIVERY_STATES = ("failed", "abandoned")
 _STATES = ("running", "suspended", "resume_pending", "all")
 #: ``POST /v1/admin/sessions/<key>/<action>``: the chat command each one submits.
 _COMMANDS = {"cancel": "/stop", "reset": "/new"}
@@ -44,6 +48,12 @@ class AdminRoutes:
                 return self._command(key, _COMMANDS[action])
             self._allow(method, "GET", path)
             return self._show_session(rest)
+        if path == _DELIVERIES:
+            self._allow(method, "GET", path)
+            return self._list_deliveries(query)
+        if path.startswith(_DELIVERIES + "/") and path.endswith("/retry"):
+            self._allow(method, "POST", path)
+            return self._retry(path[len(_DELIVERIES) + 1:-len("/retry")])
         raise RequestError(404, f"no such endpoint: {path}")
 
     @staticmethod
@@ -123,6 +133,29 @@ class AdminRoutes:
         if not self._gw.store.unsuspend_session(key):
             raise RequestError(404, f"no session with key {key!r}")
         return 200, {"session_key": key, "suspended": False}
+
+    # -- deliveries -------------------------------------------------------------------------
+
+    def _list_deliveries(self, query: str) -> tuple[int, Any]:
+        params = parse_query(query)
+        state = params.get("state")
+        if state is not None and state not in _DELIVERY_STATES:
+            raise RequestError(400, f"state must be one of {', '.join(_DELIVERY_STATES)}, "
+                               f"got {state!r}")
+        limit = parse_count(params)
+        rows = self._gw.store.ledger_rows((state,) if state else _DELIVERY_STATES)
+        return 200, {"deliveries": rows[:limit]}
+
+    def _retry(self, obligation_id: str) -> tuple[int, Any]:
+        """Put a ``failed``/``abandoned`` row back to ``pending`` with its attempts reset:
+        the next ledger sweep (housekeeping) sends it."""
+        was = self._gw.store.ledger_reopen(obligation_id) if obligation_id else None
+        if was is None:
+            raise RequestError(404, f"no delivery with id {obligation_id!r}")
+        if was not in _DELIVERY_STATES:
+            raise RequestError(409, f"delivery {obligation_id!r} is {was}: only a failed or "
+                               "abandoned one can be retried")
+        return 202, {"obligation_id": obligation_id, "state": "pending", "was": was}
 
 
 def _recency(entry: Any) -> float:

@@ -22,6 +22,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     Op,
 )
 from hermes_actors.store.transcript import normalize_message
@@ -144,6 +145,13 @@ class DeliveryLedger:
         before); ``False`` when this sender does not hold it."""
         return bool(self._core.apply([LedgerRelease(obligation_id, *self.owner,
                                                     self._core.ts())])[0])
+
+    def ledger_reopen(self, obligation_id: str) -> str | None:
+        """An operator's retry: a ``failed``/``abandoned`` row is ``pending`` again with its
+        attempts reset (the next sweep sends it); the state the row had, ``None`` for an
+        unknown id (any other state: nothing changed)."""
+        result = self._core.apply([LedgerReopen(obligation_id, self._core.ts())])[0]
+        return None if result is None else str(result)
 
     def ledger_finish(self, obligation_id: str, state: str, *, error: str | None = None,
                       content: str | None = None) -> str | None:

@@ -53,6 +53,8 @@ STATES = ("pending", "attempting", "delivered", "failed", "abandoned")
 CLAIMABLE_STATES = ("pending", "attempting", "failed")
 #: States that are never sent again (pruned after a week).
 FINAL_STATES = ("delivered", "abandoned")
+#: The states an operator's retry (``LedgerReopen``) puts back to ``pending``.
+REOPENABLE_STATES = ("failed", "abandoned")
 #: How an attempt may end: sent, failed (tried again while attempts last), or refused for
 #: good by the platform (abandoned at once).
 OUTCOMES = ("delivered", "failed", "abandoned")

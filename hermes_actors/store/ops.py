@@ -35,6 +35,7 @@ __all__ = [
     "LedgerPrune",
     "LedgerRecord",
     "LedgerRelease",
+    "LedgerReopen",
     "ListId",
     "NodeValue",
     "NotifyOutbox",
@@ -214,6 +215,17 @@ class LedgerRelease:
 
 
 @dataclass
+class LedgerReopen:
+    """An operator's retry: a ``failed`` or ``abandoned`` row is ``pending`` again with no
+    attempts, no owner and no error, for the next sweep to send. Returns the state the row
+    had (it changed only when that was ``failed`` or ``abandoned``), ``None`` for an
+    unknown id."""
+
+    obligation_id: str
+    at: float
+
+
+@dataclass
 class LedgerFinish:
     """Record the outcome of an attempt; returns the resulting state or ``None`` if unknown.
     ``content`` (an attempt that is not ``delivered``): what is still owed, when the send
@@ -377,6 +389,7 @@ Op = (
     | LedgerRecord
     | LedgerClaim
     | LedgerRelease
+    | LedgerReopen
     | LedgerFinish
     | LedgerPrune
     | OutboxAppend

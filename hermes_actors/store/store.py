@@ -421,6 +421,12 @@ class SessionStore:
         the attempt not spent; ``False`` when this sender does not hold it."""
         return self._ledger.ledger_release(obligation_id)
 
+    def ledger_reopen(self, obligation_id: str) -> str | None:
+        """An operator's retry: a ``failed``/``abandoned`` row is ``pending`` again with its
+        attempts reset, for the next ledger sweep; returns the state the row had (changed
+        only from ``failed``/``abandoned``), ``None`` for an unknown id."""
+        return self._ledger.ledger_reopen(obligation_id)
+
     def ledger_finish(self, obligation_id: str, state: str, *, error: str | None = None,
                       content: str | None = None) -> str | None:
         """End an attempt as ``delivered`` or ``failed`` (``abandoned`` after 3 attempts

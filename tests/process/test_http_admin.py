@@ -164,3 +164,36 @@ class TestCommands:
         assert _call(api, _path("agent:main:telegram:dm:none", "cancel"),
                      method="POST")[0] == 404
         assert _call(api, _path(h.key(), "cancel"))[0] == 405
+
+
+class TestDeliveries:
+    def test_a_failed_delivery_is_listed_and_retried(self, make_harness):
+        h = make_harness()
+        api = _api(h.gw)
+        h.adapter.fail_sends = True
+        h.send("hello")
+        h.idle()
+        status, body = _call(api, "/v1/admin/deliveries")
+        assert status == 200
+        [row] = body["deliveries"]
+        assert (row["session_key"], row["content"], row["state"]) == (
+            h.key(), "echo: hello", "failed")
+        assert row["attempts"] >= 1 and row["last_error"]
+        assert _call(api, "/v1/admin/deliveries", query="state=abandoned")[1] == {
+            "deliveries": []}
+        assert _call(api, "/v1/admin/deliveries", query="state=delivered")[0] == 400
+        oid = row["obligation_id"]
+        retry = f"/v1/admin/deliveries/{oid}/retry"
+        assert _call(api, retry)[0] == 405
+        status, body = _call(api, retry, method="POST")
+        assert (status, body["state"], body["was"]) == (202, "pending", "failed")
+        [pending] = h.gw.store.ledger_rows(session_key=h.key())
+        assert (pending["state"], pending["attempts"], pending["last_error"]) == (
+            "pending", 0, None)
+        assert _call(api, retry, method="POST")[0] == 409  # pending now, not failed
+        h.adapter.fail_sends = False
+        h.gw.housekeeping_tick()  # the ledger sweep sends it
+        assert h.adapter.wait_for(1) and h.texts() == ["echo: hello"]
+        assert h.gw.store.ledger_rows(session_key=h.key())[0]["state"] == "delivered"
+        assert _call(api, retry, method="POST")[0] == 409
+        assert _call(api, "/v1/admin/deliveries/nope/retry", method="POST")[0] == 404

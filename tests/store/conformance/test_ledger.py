@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from hermes_actors.store.ops import LedgerClaim, LedgerFinish, LedgerPrune, LedgerRelease
+from hermes_actors.store.ops import (
+    LedgerClaim,
+    LedgerFinish,
+    LedgerPrune,
+    LedgerRelease,
+    LedgerReopen,
+)
 
 from .ops import T0, record
 
@@ -63,6 +69,26 @@ class TestLedger:
         backend.apply([claim(), finish("delivered")])
         assert backend.apply([release()]) == [False]  # final rows are never handed back
         assert backend.ledger_rows()[0]["state"] == "delivered"
+
+    def test_an_operator_reopens_failed_and_abandoned_rows(self, backend):
+        backend.apply([record("a" * 24), record("b" * 24), record("c" * 24, at=T0 - 25 * HOUR),
+                       record("d" * 24)])
+        backend.apply([claim("a" * 24), claim("b" * 24), claim("c" * 24), claim("d" * 24)])
+        backend.apply([finish("delivered", "a" * 24), finish("failed", "b" * 24, error="x"),
+                       finish("failed", "c" * 24, error="y")])
+        assert backend.apply([
+            LedgerReopen("a" * 24, T0 + 5), LedgerReopen("b" * 24, T0 + 5),
+            LedgerReopen("c" * 24, T0 + 5), LedgerReopen("d" * 24, T0 + 5),
+            LedgerReopen("z" * 24, T0 + 5),
+        ]) == ["delivered", "failed", "abandoned", "attempting", None]
+        rows = {r["obligation_id"][0]: r for r in backend.ledger_rows()}
+        for oid in "bc":
+            assert (rows[oid]["state"], rows[oid]["attempts"], rows[oid]["owner_node"],
+                    rows[oid]["owner_boot"], rows[oid]["last_error"],
+                    rows[oid]["updated_at"]) == ("pending", 0, None, None, None, T0 + 5)
+        assert (rows["a"]["state"], rows["d"]["state"]) == ("delivered", "attempting")
+        assert backend.apply([claim("b" * 24)]) == [True]  # a sweep may send it again
+        assert backend.ledger_rows(("attempting",))[0]["attempts"] == 1
 
     def test_outcomes(self, backend):
         backend.apply([record("a" * 24), record("b" * 24), record("c" * 24, at=T0 - 25 * HOUR)])

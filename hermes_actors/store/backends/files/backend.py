@@ -63,6 +63,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     ListId,
     NodeValue,
     Op,
@@ -91,7 +92,8 @@ __all__ = ["FilesBackend"]
 log = logging.getLogger(__name__)
 
 _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
-_LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerFinish, LedgerPrune)
+_LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerReopen, LedgerFinish,
+               LedgerPrune)
 _NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage, ListId)
 _ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
 #: Every operation this backend applies; anything else refuses the whole list up front

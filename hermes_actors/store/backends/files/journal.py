@@ -54,6 +54,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     ListId,
     Op,
     OutboxAppend,
@@ -74,7 +75,7 @@ IMPORTED_JOURNAL = "imported_journal"
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     AcceptEvent, ConsumeEvents, WithdrawEvent, PruneInbox, LedgerRecord, LedgerClaim,
-    LedgerRelease, LedgerFinish, LedgerPrune, OutboxAppend, OutboxPrune, CreateSession,
+    LedgerRelease, LedgerReopen, LedgerFinish, LedgerPrune, OutboxAppend, OutboxPrune, CreateSession,
     EndSession, AddTokens, ListId)}
 #: The operations journaled.
 JOURNALED: tuple[type, ...] = tuple(_TYPES.values())

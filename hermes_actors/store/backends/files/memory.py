@@ -20,6 +20,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     OutboxAppend,
     OutboxPrune,
     PruneInbox,
@@ -141,6 +142,15 @@ class MemoryLedger:
                         attempts=held["attempts"] - 1, owner_node=None, owner_boot=None,
                         updated_at=op.at)
             return True
+        if isinstance(op, LedgerReopen):
+            reopened = self.rows.get(op.obligation_id)
+            if reopened is None:
+                return None
+            state = reopened["state"]
+            if state in ledger.REOPENABLE_STATES:
+                reopened.update(state="pending", attempts=0, owner_node=None, owner_boot=None,
+                                last_error=None, updated_at=op.at)
+            return state
         if isinstance(op, LedgerFinish):
             finished = self.rows.get(op.obligation_id)
             if finished is None or (op.owner_node is not None

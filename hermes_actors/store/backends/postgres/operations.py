@@ -50,6 +50,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     NodeValue,
     NotifyOutbox,
     NotifyShard,
@@ -146,6 +147,12 @@ _LEDGER_RELEASE = (
     " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = %s"
     " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
     " AND owner_boot = %s"
+)
+_LEDGER_STATE = "SELECT state FROM deliveries WHERE obligation_id = %s FOR UPDATE"
+_LEDGER_REOPEN = (
+    "UPDATE deliveries SET state = 'pending', attempts = 0, owner_node = NULL,"
+    " owner_boot = NULL, last_error = NULL, updated_at = %s"
+    " WHERE obligation_id = %s AND state IN ('failed', 'abandoned')"
 )
 #: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
 _NOT_TAKEN = (" AND (%s::text IS NULL OR owner_node IS NULL"
@@ -263,6 +270,7 @@ class PostgresOps:
             LedgerRecord: self._ledger_record,
             LedgerClaim: self._ledger_claim,
             LedgerRelease: self._ledger_release,
+            LedgerReopen: self._ledger_reopen,
             LedgerFinish: self._ledger_finish,
             LedgerPrune: self._ledger_prune,
             OutboxAppend: self._outbox_append,
@@ -373,6 +381,14 @@ class PostgresOps:
     def _ledger_release(self, batch: Batch, op: LedgerRelease) -> Later:
         return batch.run(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
                                            op.owner_boot), _claimed)
+
+    def _ledger_reopen(self, batch: Batch, op: LedgerReopen) -> str | None:
+        row = _first_row(batch.now(_LEDGER_STATE, (op.obligation_id,)))
+        if row is None:
+            return None
+        if row[0] in ledger.REOPENABLE_STATES:
+            batch.add(_LEDGER_REOPEN, (op.at, op.obligation_id))
+        return str(row[0])
 
     def _ledger_finish(self, batch: Batch, op: LedgerFinish) -> Later | str | None:
         owner = (op.owner_node, op.owner_node, op.owner_boot)

@@ -37,6 +37,7 @@ from hermes_actors.store.ops import (
     LedgerPrune,
     LedgerRecord,
     LedgerRelease,
+    LedgerReopen,
     ListId,
     NodeValue,
     Op,
@@ -158,6 +159,12 @@ _LEDGER_RELEASE = (
     " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = ?"
     " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
 )
+_LEDGER_STATE = "SELECT state FROM deliveries WHERE obligation_id = ?"
+_LEDGER_REOPEN = (
+    "UPDATE deliveries SET state = 'pending', attempts = 0, owner_node = NULL,"
+    " owner_boot = NULL, last_error = NULL, updated_at = ?"
+    " WHERE obligation_id = ? AND state IN ('failed', 'abandoned')"
+)
 #: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
 _NOT_TAKEN = " AND (? IS NULL OR owner_node IS NULL OR (owner_node = ? AND owner_boot IS ?))"
 _LEDGER_FINISH_READ = ("SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
@@ -215,6 +222,7 @@ class SqliteOps:
             LedgerRecord: self._ledger_record,
             LedgerClaim: self._ledger_claim,
             LedgerRelease: self._ledger_release,
+            LedgerReopen: self._ledger_reopen,
             LedgerFinish: self._ledger_finish,
             LedgerPrune: self._ledger_prune,
             OutboxAppend: self._outbox_append,
@@ -400,6 +408,14 @@ class SqliteOps:
     def _ledger_release(self, op: LedgerRelease) -> bool:
         return self._db.execute_sql(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
                                                       op.owner_boot)).rowcount > 0
+
+    def _ledger_reopen(self, op: LedgerReopen) -> str | None:
+        row = self._db.execute_sql(_LEDGER_STATE, (op.obligation_id,)).fetchone()
+        if row is None:
+            return None
+        if row[0] in ledger.REOPENABLE_STATES:
+            self._db.execute_sql(_LEDGER_REOPEN, (op.at, op.obligation_id))
+        return str(row[0])
 
     def _ledger_finish(self, op: LedgerFinish) -> str | None:
         owner = (op.owner_node, op.owner_node, op.owner_boot)
