@@ -34,6 +34,7 @@ from hermes_actors.errors import (
     StoreUnreachableError,
     UsageError,
 )
+from hermes_actors.process.admin import ADMIN_COMMANDS
 from hermes_actors.process.arguments import (
     configure_bench,
     configure_chat,
@@ -150,6 +151,11 @@ SUBCOMMANDS: list[Subcommand] = [
                "age and shards held, every shard's lease with its owner, epoch and expiry, "
                "measured on the database's clock. Exit 1 when no node has created a cluster "
                "there yet."),
+    *(Subcommand(("admin", word), text, run, configure, "Against a running gateway's "
+                 "operator routes (/v1/admin/..., http.admin_token). Exit 0 done, 1 the "
+                 "gateway failed or is unreachable, 2 a usage error, a wrong token (401) or "
+                 "an unknown session or delivery (404).")
+      for word, text, run, configure in ADMIN_COMMANDS),
     Subcommand(("bench",), "run the benchmark harness (python -m benchmarks)", cmd_bench,
                configure_bench, "Arguments after 'bench' (and an optional leading --home "
                "DIR) are passed to the benchmark harness unchanged."),
