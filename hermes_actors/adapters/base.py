@@ -6,12 +6,14 @@ plain adapter needs neither."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["DeliveryAwareAdapter", "Outgoing", "PlatformAdapter", "SendResult", "Typing",
+__all__ = ["DeliveryAwareAdapter", "MaskingFilter", "Outgoing", "PlatformAdapter", "SendResult", "Typing",
            "TypingAwareAdapter"]
 
 
@@ -95,3 +97,22 @@ class TypingAwareAdapter(Protocol):
     def start_typing(self, target: SessionSource) -> Typing:
         """Start showing "typing…" in ``target``'s chat (and thread); never raises."""
         ...
+
+
+class MaskingFilter(logging.Filter):
+    """Rewrites log records through ``mask`` (a platform library's debug lines may carry its
+    token or secret); a record ``mask`` leaves as it is passes unchanged."""
+
+    def __init__(self, mask: Callable[[str], str]) -> None:
+        super().__init__()
+        self._mask = mask
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is left to logging
+            return True
+        masked = self._mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True

@@ -20,11 +20,11 @@ here fails loudly at import, never by replaying its inbox row forever.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from hermes_actors._green import brief_lock
 from hermes_actors.model.commands import REGISTRY, help_text
 from hermes_actors.model.events import MessageEvent, MessageType
 from hermes_actors.runtime.queueing import Queued, SessionQueue
@@ -73,7 +73,7 @@ class AdmitTicket:
     __slots__ = ("_lock", "_state", "_text")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = brief_lock()  # (two statements: never blocks or yields)
         self._state = "waiting"
         self._text: str | None = None
 

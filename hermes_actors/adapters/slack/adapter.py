@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hermes_actors.adapters.base import SendResult
+from hermes_actors.adapters.base import MaskingFilter, SendResult
 from hermes_actors.adapters.slack.mapping import message_event, split_message
 from hermes_actors.config import SlackConfig
 from hermes_actors.errors import ConfigError, HermesActorsError, StoreError, StoreRejectedError
@@ -98,26 +98,6 @@ def check_secrets(env: Mapping[str, str], settings: SlackConfig) -> tuple[str, s
     return found[0], found[1]
 
 
-class _MaskFilter(logging.Filter):
-    """Rewrites log records that contain one of the secrets (slack_sdk's debug lines)."""
-
-    def __init__(self, secrets: tuple[str, ...]) -> None:
-        super().__init__()
-        self.secrets = tuple(s for s in secrets if len(s) >= 8)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is left to logging
-            return True
-        masked = message
-        for secret in self.secrets:
-            masked = masked.replace(secret, _MASK)
-        if masked != message:
-            record.msg, record.args = masked, None
-        return True
-
-
 _SDK_LOGGERS = ("slack_sdk", "slack_sdk.web.base_client", "slack_sdk.web.slack_response",
                 "slack_sdk.signature")
 
@@ -141,7 +121,9 @@ class SlackAdapter:
         self._client = client or WebClient(token=token, base_url=base_url.rstrip("/") + "/")
         self._verifier = SignatureVerifier(signing_secret, clock or Clock())
         self._submit: Callable[[MessageEvent], Any] | None = None
-        self._mask = _MaskFilter((token, signing_secret))
+        #: The secrets masked in its errors and in slack_sdk's log lines.
+        self._secrets = tuple(s for s in (token, signing_secret) if len(s) >= 8)
+        self._mask = MaskingFilter(self._masked)
         for name in _SDK_LOGGERS:
             logging.getLogger(name).addFilter(self._mask)
 
@@ -299,6 +281,6 @@ class SlackAdapter:
         return data if isinstance(data, dict) else {}
 
     def _masked(self, text: str) -> str:
-        for secret in self._mask.secrets:
+        for secret in self._secrets:
             text = text.replace(secret, _MASK)
         return text

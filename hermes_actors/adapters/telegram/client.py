@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import requests
 from telebot import TeleBot, apihelper, types
 
+from hermes_actors.adapters.base import MaskingFilter
 from hermes_actors.errors import ConfigError, HermesActorsError
 
 __all__ = ["DEFAULT_API_URL", "BotClient", "TelegramError", "mask_token"]
@@ -77,37 +78,22 @@ def mask_token(text: str, token: str) -> str:
     return text
 
 
-class _MaskFilter(logging.Filter):
-    """Rewrites log records that contain a registered token."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tokens: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.tokens:
-            return True
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is left to logging
-            return True
-        masked = message
-        for token in self.tokens:
-            masked = mask_token(masked, token)
-        if masked != message:
-            record.msg, record.args = masked, None
-        return True
-
-
 class _Library:
     """telebot's process-wide settings, and who uses them (the one piece of global state)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.users: dict[str, int] = {}
-        self.mask = _MaskFilter()
+        #: The tokens masked in telebot's log lines (those of the adapters that use it).
+        self.tokens: set[str] = set()
+        self.mask = MaskingFilter(self._masked)
         for name in _URL_LOGGERS:
             logging.getLogger(name).addFilter(self.mask)
+
+    def _masked(self, text: str) -> str:
+        for token in tuple(self.tokens):
+            text = mask_token(text, token)
+        return text
 
     def acquire(self, base_url: str, token: str) -> None:
         with self.lock:
@@ -118,7 +104,7 @@ class _Library:
                     f"pyTelegramBotAPI serves one server per process (asked: {base_url})"
                 )
             self.users[base_url] = self.users.get(base_url, 0) + 1
-            self.mask.tokens.add(token)
+            self.tokens.add(token)
             # telebot declares these module globals as None-typed: set them by name.
             setattr(apihelper, "API_URL", base_url + "/bot{0}/{1}")  # noqa: B010
             setattr(apihelper, "FILE_URL", base_url + "/file/bot{0}/{1}")  # noqa: B010
