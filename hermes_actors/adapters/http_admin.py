@@ -46,7 +46,9 @@ class AdminRoutes:
                 if action == "unsuspend":
                     return self._unsuspend(key)
                 return self._command(key, _COMMANDS[action])
-            self._allow(method, "GET", path)
+            if method == "DELETE":
+                return self._delete_session(rest)
+            self._allow(method, "GET, DELETE", path)
             return self._show_session(rest)
         if path == _DELIVERIES:
             self._allow(method, "GET", path)
@@ -58,7 +60,7 @@ class AdminRoutes:
 
     @staticmethod
     def _allow(method: str, allowed: str, path: str) -> None:
-        if method != allowed:
+        if method not in allowed.split(", "):
             raise RequestError(405, f"method {method} is not allowed on {path} "
                                f"(allowed: {allowed})", [("Allow", allowed)])
 
@@ -133,6 +135,20 @@ class AdminRoutes:
         if not self._gw.store.unsuspend_session(key):
             raise RequestError(404, f"no session with key {key!r}")
         return 200, {"session_key": key, "suspended": False}
+
+    def _delete_session(self, key: str) -> tuple[int, Any]:
+        """Delete the conversation whole (``Gateway.delete_session``): its running turn is
+        stopped first; what it still owed is deleted unanswered."""
+        from hermes_actors.errors import HermesActorsError
+
+        entry = self._entry(key)
+        try:
+            removed = self._gw.delete_session(key)
+        except HermesActorsError as exc:
+            raise RequestError(409, str(exc)) from None
+        if removed is None:  # deleted meanwhile (another delete, retention)
+            raise RequestError(404, f"no session with key {key!r}")
+        return 200, {"session_key": key, "session_id": entry.session_id, "deleted": removed}
 
     # -- deliveries -------------------------------------------------------------------------
 

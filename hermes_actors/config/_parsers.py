@@ -146,6 +146,21 @@ def _command(key: str, value: Any) -> tuple[str, ...] | None:
     raise _fail(key, "a command line string or a list of strings", value)
 
 
+def _positive_days(key: str, value: Any) -> float | None:
+    """A positive number of days, or ``null`` (``None``; ``null``/``none`` from the
+    environment): off."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none")):
+        return None
+    expected = "a positive number of days, or null (keep everything)"
+    try:
+        days = _number(0.0)(key, value)
+    except ConfigError:
+        raise _fail(key, expected, value) from None
+    if days <= 0:
+        raise _fail(key, expected, value)
+    return float(days)
+
+
 def _memory_budget(key: str, value: Any) -> float | str | None:
     """``auto``, a number of MB, or ``0``/``off``/``false`` (disabled → ``None``)."""
     if value is False or value is None:

@@ -34,6 +34,7 @@ ENV_OVERRIDES = {
     "HERMES_AGENT_CACHE_IDLE_TTL_SECS": "agent.agent_cache.idle_ttl_secs",
     "HERMES_AGENT_CACHE_MEMORY_HIGH_MB": "agent.agent_cache.memory_high_mb",
     "HERMES_REDACT_PII": "privacy.redact_pii",
+    "HERMES_RETENTION_DAYS": "retention.days",
     "HERMES_HTTP_HOST": "http.host",
     "HERMES_HTTP_PORT": "http.port",
     "HERMES_HTTP_TOKEN": "http.token",

@@ -20,6 +20,7 @@ from hermes_actors.config._parsers import (
     _opt_str,
     _path,
     _platform_list,
+    _positive_days,
     _section,
     _str,
     _token,
@@ -80,6 +81,14 @@ class HousekeepingConfig:
     first_delay: float = _opt(_number(0), 60.0)
     interval: float = _opt(_number(0.001), 300.0)
     prune_interval: float = _opt(_number(0.001), 3600.0)
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """``retention``: conversations idle longer than ``days`` are deleted whole by
+    housekeeping, in bounded batches (issue 39); ``None``: every conversation is kept."""
+
+    days: float | None = _opt(_positive_days, None)
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,7 @@ class GatewayConfig:
     stuck_loop_threshold: int = _opt(_number(1, integer=True), 3)
     restart_storm: RestartStormConfig = _section(RestartStormConfig)
     housekeeping: HousekeepingConfig = _section(HousekeepingConfig)
+    retention: RetentionConfig = _section(RetentionConfig)
     privacy: PrivacyConfig = _section(PrivacyConfig)
     delivery_ledger: bool = _opt(_bool, True)
     write_sessions_json: bool = _opt(_bool, True)

@@ -31,6 +31,7 @@ from hermes_actors.runtime.clock import SystemClock
 from hermes_actors.runtime.counters import IngressCounters, QueueGauge, TurnCounters
 from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.runtime.delegations import DelegationRegistry
+from hermes_actors.runtime.deletion import Deleter
 from hermes_actors.runtime.delivery import Delivery, NoticePool
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
@@ -165,6 +166,10 @@ class Gateway:
         self.pull_adapters: PullAdapters | None = None
         #: Callers of :meth:`ask` waiting for their events' final answers.
         self._answers = AnswerWaiters()
+        #: Session keys whose conversations are being deleted: events for them are dropped
+        #: at dispatch (they are deleted with the conversation).
+        self._deleting: set[str] = set()
+        self._deleter = Deleter(self, self._deleting)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -615,6 +620,22 @@ class Gateway:
         tenure = self.cluster.serving_tenure(key) if self.cluster is not None else None
         return _Actor.start(key, self._services, tenure)
 
+    def delete_session(self, session_key: str) -> dict[str, int] | None:
+        """Delete the session's conversation whole (issue 39; ``runtime/deletion``): its
+        running turn is stopped first, its queue dropped, then one transaction removes its
+        routing entry, transcripts (with their search index rows), inbox, ledger and outbox
+        rows; the next message starts a new session. The rows removed by table, or ``None``
+        for an unknown key. Raises ``HermesActorsError`` when the gateway is not running
+        or (a cluster node) does not serve the session, ``ConversationBusy`` when the
+        stopped turn did not end in time."""
+        with self._lock:
+            if self._state != "running":
+                raise HermesActorsError("the gateway is not running")
+        if self.cluster is not None and not self.cluster.serves(session_key):
+            raise HermesActorsError(f"session {session_key!r} is served by another node: "
+                                    "delete it there")
+        return self._deleter.delete([session_key]).get(session_key)
+
     # -- queries --------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -739,6 +760,8 @@ class Gateway:
             self.store.inbox_prune(7)
             if pruned:
                 log.info("housekeeping pruned=%d routing entries", pruned)
+        if self.cluster is None:  # (a node would delete other nodes' sessions)
+            self._deleter.sweep(self.config.retention.days)
 
 
 #: How long a housekeeping pass, or the shutdown, waits for the agents' releases and closes.

@@ -38,6 +38,7 @@ from hermes_actors.runtime.session_core import (
     Consume,
     Context,
     DrainResult,
+    Forget,
     GetStatistics,
     IdleCheck,
     Inbound,
@@ -66,7 +67,7 @@ from hermes_actors.store.lifecycle import merge_ids
 __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
     "QUEUE_FULL", "QUEUE_USAGE", "STOPPED",
-    "AdmitTicket", "DrainResult", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer",
+    "AdmitTicket", "DrainResult", "Forget", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer",
     "InterruptTurn", "Kick", "SessionActor", "SessionStatistics", "StopAccepting",
     "TurnDone", "format_duration",
 ]
@@ -157,6 +158,8 @@ class SessionActor(LightActor):
             self._s.resets.done()
         if isinstance(message, IdleCheck):
             return bool(retired)
+        if type(message) is Forget:  # what the delete waits for before it deletes
+            return self._turn.ended if self._turn is not None else None
         return reaction.answer
 
     def _check_handled(self, event: MessageEvent, effects: list) -> None:
@@ -220,12 +223,15 @@ class SessionActor(LightActor):
         services, key, tenure = self._s, self.session_key, self.tenure
 
         def work() -> None:
-            with bound_to_tenure(tenure):
-                outcome = run_turn(services, key, turn)
             try:
-                ref.tell(TurnDone(turn.id, outcome.status, outcome.unanswered))
-            except pykka.ActorDeadError:
-                log.warning("turn finished after its actor stopped key=%s", key)
+                with bound_to_tenure(tenure):
+                    outcome = run_turn(services, key, turn)
+                try:
+                    ref.tell(TurnDone(turn.id, outcome.status, outcome.unanswered))
+                except pykka.ActorDeadError:
+                    log.warning("turn finished after its actor stopped key=%s", key)
+            finally:
+                turn.ended.set()
 
         spawn(work, f"turn-{turn.id}")
 

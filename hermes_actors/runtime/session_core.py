@@ -33,7 +33,7 @@ __all__ = [
     "INTERRUPT_ACK", "NEW_SESSION", "NEW_SESSION_CUT", "NOTHING_TO_STOP", "QUEUED_ACK",
     "QUEUE_FULL", "QUEUE_USAGE", "RESET_FAILED", "STOPPED",
     "AdmitTicket", "AnswerStatus", "CancelDelegations", "Consume", "Context", "DrainResult", "Effect",
-    "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer", "Interrupt", "InterruptTurn",
+    "Forget", "GetStatistics", "IdleCheck", "Inbound", "InboundAnswer", "Interrupt", "InterruptTurn",
     "Kick", "Notify", "Reaction", "Refuse", "ResetDone", "ResetSession", "Retire",
     "SessionCore", "SessionStatistics", "StartTurn", "StopAccepting", "TurnDone",
     "TurnFinished", "Warn", "settled_event_ids",
@@ -168,6 +168,13 @@ class InterruptTurn:
     """Interrupt the running turn (drain deadline); answers whether one was running."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """The conversation is being deleted (``Gateway.delete_session``): start nothing more,
+    drop what is queued (it is deleted with the conversation, unanswered), stop the running
+    turn as ``/stop`` does and the session's delegations; answers whether a turn runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +381,8 @@ class SessionCore:
     closing: list[Notify] = field(default_factory=list)
     #: Events a cut turn left unanswered, for the answer of the ``/new`` still under way.
     unanswered: tuple[str, ...] = ()
+    #: The conversation is being deleted (:class:`Forget`): nothing it owes is answered.
+    forgotten: bool = False
 
     @property
     def busy(self) -> bool:
@@ -409,6 +418,15 @@ class SessionCore:
                 self._interrupt(message.reason, effects)
         elif isinstance(message, DrainResult):
             answer = self.drain_status
+        elif isinstance(message, Forget):
+            self.forgotten = True
+            self.accepting = False
+            self.queue = SessionQueue()
+            self.closing = []
+            answer = self.running is not None
+            if self.running is not None:
+                self._interrupt("/stop", effects)
+            effects.append(CancelDelegations())
         return Reaction(effects, answer)
 
     def holds(self, event_id: str) -> bool:
@@ -575,7 +593,8 @@ class SessionCore:
         if self.running is None or self.running.id != message.turn_id:
             return
         started, self.running = self.running.started, None
-        self._release_closing(message.unanswered, effects)
+        if not self.forgotten:
+            self._release_closing(message.unanswered, effects)
         if message.status != "skipped":
             effects.append(TurnFinished(message.status, ctx.now - started))
         if self.drain_status == "running":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,9 @@ class RunningTurn:
     settled: bool = False
     agent: Any = None
     lock: Any = field(default_factory=brief_lock)
+    #: Set once the turn's worker is done with it (its ``TurnDone`` told): a conversation's
+    #: delete waits for it before it deletes what the turn wrote.
+    ended: threading.Event = field(default_factory=threading.Event)
 
     def interrupt(self, reason: str | None) -> None:
         """Ask the turn to stop; safe before the agent is attached."""

@@ -182,6 +182,8 @@ class StoreCore:
         self.entries = EntryMap(self._fetch_row, self._fetch_all_rows)
         self._closed = False
         self._entries_loaded = False
+        #: Keys whose conversations are being deleted: left out of the mirror (:meth:`forget`).
+        self._withheld: frozenset[str] = frozenset()
         self.transcripts = JsonlTranscripts(self.sessions_dir)
         try:
             self.sessions_dir.mkdir(parents=True, exist_ok=True)
@@ -241,6 +243,9 @@ class StoreCore:
             rows = self.entries.rows()
         except StoreError as exc:  # never switch modes from inside the mirror's flush
             raise OSError(f"cannot read the routing rows ({exc})") from exc
+        withheld = self._withheld
+        if withheld:  # conversations being deleted (:meth:`forget`)
+            rows = {key: row for key, row in rows.items() if key not in withheld}
         return functools.partial(mirror_chunks, rows)
 
     # -- lazy routing reads -----------------------------------------------------------------
@@ -465,6 +470,40 @@ class StoreCore:
                 self.entries.pop(key)
         if (rows or delete) and not self.degraded and self.config.write_sessions_json:
             self._mirror.mark_dirty()
+        return results
+
+    def forget(self, ops: list[Op], keys: Iterable[str], *,
+               before_commit: Callable[[], None] | None = None) -> list[Any]:
+        """Apply ``ops``, a delete of ``keys``' conversations (the callers hold their key
+        locks), so that a crash anywhere leaves all of it or none of it, then forget their
+        entries. ``sessions.json`` is rewritten without the keys *before* the transaction:
+        a mirror entry the database lacks is restored at the next start, so a mirror still
+        holding a key after the commit would bring the deleted conversation's routing back,
+        while a mirror lacking a key the database still has is simply rewritten.
+        ``before_commit()`` runs between the two (a crash point of the tests)."""
+        doomed = frozenset(keys)
+        mirrored = not self.degraded and self.config.write_sessions_json
+        with self._map_lock:
+            self._withheld = self._withheld | doomed
+        try:
+            if mirrored:
+                self._mirror.mark_dirty()
+                if not self._mirror.flush():
+                    raise StoreError(f"cannot rewrite {MIRROR_NAME} without the deleted "
+                                     "conversations (see the warning above); nothing deleted")
+            if before_commit is not None:
+                before_commit()
+            results = self.apply(ops)
+        except BaseException:
+            with self._map_lock:
+                self._withheld = self._withheld - doomed
+            if mirrored:
+                self._mirror.mark_dirty()  # the keys are back in it at the next write
+            raise
+        with self._map_lock:
+            for key in doomed:
+                self.entries.pop(key)
+            self._withheld = self._withheld - doomed
         return results
 
     def refresh_entries(self, belongs: Callable[[str], bool]) -> int:

@@ -44,6 +44,7 @@ from typing import NamedTuple
 from hermes_actors.cluster.shards import shard_of
 from hermes_actors.errors import FencedError
 from hermes_actors.store.ops import (
+    DeleteConversations,
     DeleteRouting,
     FenceShard,
     LedgerRecord,
@@ -85,7 +86,7 @@ def fenced_keys(ops: Iterable[Op]) -> set[str]:
     for op in ops:
         if isinstance(op, _KEYED):
             keys.add(op.session_key)
-        elif isinstance(op, DeleteRouting):
+        elif isinstance(op, (DeleteRouting, DeleteConversations)):
             keys.update(op.session_keys)
         elif isinstance(op, SetSessionRestarts):
             keys.update(key for key, _ in op.counts)

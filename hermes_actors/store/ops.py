@@ -26,7 +26,9 @@ __all__ = [
     "AcceptEvent",
     "AddTokens",
     "ConsumeEvents",
+    "CONVERSATION_TABLES",
     "CreateSession",
+    "DeleteConversations",
     "DeleteRouting",
     "EndSession",
     "FenceShard",
@@ -112,6 +114,25 @@ class DeleteRouting:
     """Remove routing rows (transcripts and ``sessions`` rows stay)."""
 
     session_keys: tuple[str, ...]
+
+
+#: The tables :class:`DeleteConversations` counts its removals in (the search index rows go
+#: with ``messages``).
+CONVERSATION_TABLES = ("routing", "sessions", "messages", "inbox", "deliveries", "outbox")
+
+
+@dataclass
+class DeleteConversations:
+    """Delete conversations whole (an operator's delete, retention): for each of
+    ``session_keys`` its routing row and its inbox, delivery ledger and outbox rows; and the
+    transcript of every session of those keys and of ``session_ids`` (its ``sessions`` row,
+    its messages and, with them, their full-text index rows). One transaction with the
+    rest of its list, like every op. Returns the rows removed, by table
+    (:data:`CONVERSATION_TABLES`; the files backend counts transcript files as
+    ``sessions``)."""
+
+    session_keys: tuple[str, ...]
+    session_ids: tuple[str, ...]
 
 
 @dataclass
@@ -401,4 +422,5 @@ Op = (
     | NotifyOutbox
     | SetSessionRestarts
     | ListId
+    | DeleteConversations
 )

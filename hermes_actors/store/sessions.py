@@ -20,7 +20,13 @@ from hermes_actors.model.source import SessionSource
 from hermes_actors.model.timeutil import epoch
 from hermes_actors.store import lifecycle
 from hermes_actors.store.core import StoreCore
-from hermes_actors.store.ops import AddTokens, AppendMessage, EndSession, Op
+from hermes_actors.store.ops import (
+    AddTokens,
+    AppendMessage,
+    DeleteConversations,
+    EndSession,
+    Op,
+)
 from hermes_actors.store.transcript import normalize_message
 
 __all__ = ["SessionLifecycle"]
@@ -253,6 +259,54 @@ class SessionLifecycle:
                 core.commit([], delete=keys)
         return len(keys)
 
+    # -- deleting conversations (issue 39) ---------------------------------------------------
+
+    def idle_keys(self, max_age_days: float, limit: int) -> list[str]:
+        """At most ``limit`` keys idle for ``max_age_days`` (by their last activity, epoch
+        seconds), oldest first, that retention may delete: nothing pending (a turn marker,
+        a resume, a suspension), not protected by ``has_active_processes_fn``."""
+        core = self._core
+        cutoff = core.ts() - float(max_age_days) * 86400.0
+        rows = core.read(lambda backend: backend.routing_idle_before(cutoff))
+        core.entries.fill(rows)
+        stale = [e for e in (core.entries.get(row.session_key) for row in rows)
+                 if e is not None and lifecycle.is_stale(e, cutoff)]
+        stale.sort(key=_last_activity)
+        keys: list[str] = []
+        for entry in stale:  # asked outside every lock: the callback may call back in
+            if len(keys) >= limit:
+                break
+            if not self._protected(entry.session_key):
+                keys.append(entry.session_key)
+        return keys
+
+    def delete_conversations(self, keys: Iterable[str], extra: Callable[[list[str]], list[Op]],
+                             before_commit: Callable[[], None] | None = None
+                             ) -> dict[str, dict[str, int]]:
+        """Delete the conversations of ``keys`` whole, in one transaction (with ``extra(found
+        keys)``'s ops): routing entry, every transcript of the key (search index rows
+        with them), inbox, ledger and outbox rows. The removed rows by table, per key
+        deleted (an unknown key is left out)."""
+        core = self._core
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        with core.key_lock(keys[0]) if len(keys) == 1 else core.all_keys():
+            entries = [e for e in map(core.entries.get, keys) if e is not None]
+            if not entries:
+                return {}
+            found = [e.session_key for e in entries]
+            ops: list[Op] = [DeleteConversations((e.session_key,), _session_ids(e))
+                             for e in entries]
+            results = core.forget([*ops, *extra(found)], found, before_commit=before_commit)
+        for entry in entries:  # an earlier degraded run's copies (best effort)
+            for session_id in _session_ids(entry):
+                try:
+                    core.transcripts.remove(session_id)
+                except (OSError, ValueError) as exc:
+                    log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
+        return dict(zip(found, results[:len(found)], strict=True))
+
     # -- transcripts and usage --------------------------------------------------------------
 
     def append_message(self, session_id: str, message: dict[str, Any], *,
@@ -287,3 +341,16 @@ class SessionLifecycle:
                                      last_prompt_tokens))
             core.commit(ops, put=[new] if new != entry else [])
             return new
+
+
+def _session_ids(entry: SessionEntry) -> tuple[str, ...]:
+    """The sessions a delete names besides those its key finds: the current one and the
+    one before it (a files backend has no ``sessions`` table to search by key)."""
+    return tuple(dict.fromkeys(sid for sid in (entry.session_id, entry.prev_session_id)
+                               if sid))
+
+
+def _last_activity(entry: SessionEntry) -> float:
+    """Epoch seconds of the entry's last activity (0 when unknown)."""
+    when = entry.updated_at or entry.created_at
+    return epoch(when) if when is not None else 0.0

@@ -251,6 +251,31 @@ class SessionStore:
         unknown key."""
         return self._sessions.unsuspend_session(key)
 
+    def delete_session(self, key: str, *, before_commit: Callable[[], None] | None = None
+                       ) -> dict[str, int] | None:
+        """Delete ``key``'s conversation whole (issue 39): its routing entry, every transcript
+        of the key with its search index rows, its inbox, ledger and outbox rows and its
+        restart count, in one transaction that a crash leaves whole or undone; the next
+        message starts a new session. The rows removed by table, ``None`` for an unknown
+        key. The caller stops the session's actor first (``Gateway.delete_session``)."""
+        return self.delete_sessions([key], before_commit=before_commit).get(key)
+
+    def delete_sessions(self, keys: Iterable[str], *,
+                        before_commit: Callable[[], None] | None = None
+                        ) -> dict[str, dict[str, int]]:
+        """:meth:`delete_session` of several keys in one transaction (retention's batch):
+        the rows removed per key deleted (unknown keys are left out)."""
+        def restart_counts(found: list[str]) -> list[Op]:
+            return [self._node.session_restarts_op((key, 0) for key in found)]
+
+        return self._sessions.delete_conversations(keys, restart_counts, before_commit)
+
+    def idle_session_keys(self, max_age_days: float, limit: int) -> list[str]:
+        """At most ``limit`` keys idle for ``max_age_days`` (last activity, by the store's
+        clock), oldest first, with nothing pending (no turn marker, resume or suspension)
+        and not protected by ``has_active_processes_fn``: retention's candidates."""
+        return self._sessions.idle_keys(max_age_days, limit)
+
     def mark_resume_pending(self, key: str, reason: str) -> bool:
         """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller
         states the newer cause) and ``last_resume_marked_at``; refused on a suspended

@@ -51,11 +51,13 @@ from hermes_actors.store.backends.files.node_files import (
     write_node_id_file,
 )
 from hermes_actors.store.ops import (
+    CONVERSATION_TABLES,
     AcceptEvent,
     AddTokens,
     AppendMessage,
     ConsumeEvents,
     CreateSession,
+    DeleteConversations,
     DeleteRouting,
     EndSession,
     LedgerClaim,
@@ -95,7 +97,7 @@ _INBOX_OPS = (AcceptEvent, WithdrawEvent, ConsumeEvents, PruneInbox)
 _LEDGER_OPS = (LedgerRecord, LedgerClaim, LedgerRelease, LedgerReopen, LedgerFinish,
                LedgerPrune)
 _NO_TABLE = (CreateSession, EndSession, AddTokens, AppendMessage, ListId)
-_ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting)
+_ROUTING_OPS = (PutRouting, SetRoutingFlags, DeleteRouting, DeleteConversations)
 #: Every operation this backend applies; anything else refuses the whole list up front
 #: (memory changes cannot be rolled back, so nothing may fail half-way).
 _KNOWN = frozenset((*_INBOX_OPS, *_LEDGER_OPS, *_NO_TABLE, *_ROUTING_OPS, NodeValue,
@@ -159,8 +161,20 @@ class FilesBackend:
         # run cannot read (memory.clock_floor), so the next start imports them unchanged
         self._outbox = MemoryOutbox(clock_floor())
         self._journal = DegradedJournal(self._home)
+        deletes: list[DeleteConversations] = []
         for op in self._journal.read()[1]:  # an earlier degraded run's (not imported yet)
             self._apply_to_memory(op)
+            if isinstance(op, DeleteConversations):
+                deletes.append(op)
+        if deletes:  # a delete cut short by a crash after its journal line: finished now
+            for op in deletes:
+                try:
+                    self._remove_transcripts(op)
+                except OSError as exc:
+                    log.warning("cannot remove a deleted conversation's transcript: %s", exc)
+                self._apply_one(op)
+            self._mirror.mark_dirty()
+            self._mirror.flush()
         if previous is not None:  # and above the failed database's rows (a clock set back)
             try:
                 self._outbox.reserve_above(previous.outbox_head())
@@ -237,6 +251,10 @@ class FilesBackend:
                                     merged_restart_counts(current, op.counts))
             # the journal last: a write that failed before it is not imported later
             self._journal.append(ops)
+            # a delete's files after its journal line: a crash in between is finished by
+            # the next start (the journal's replay, or its import into a database)
+            removed = [self._remove_transcripts(op) for op in ops
+                       if isinstance(op, DeleteConversations)]
         except OSError as exc:
             raise StoreError(f"cannot write the degraded-mode files: {exc}") from exc
         except UnicodeError as exc:  # a lone surrogate: refused, as SQLite refuses it
@@ -244,6 +262,9 @@ class FilesBackend:
                 f"write rejected by the degraded-mode files: {exc}") from exc
         with self._lock:
             results = [self._apply_one(op) for op in ops]
+        for index, op in enumerate(ops):
+            if isinstance(op, DeleteConversations):
+                results[index]["sessions"], results[index]["messages"] = removed.pop(0)
         if any(isinstance(op, _ROUTING_OPS) for op in ops):
             self._mirror.mark_dirty()
             self._mirror.flush()
@@ -267,6 +288,12 @@ class FilesBackend:
             return 1
         if isinstance(op, DeleteRouting):
             return sum(self._routing.pop(key, None) is not None for key in op.session_keys)
+        if isinstance(op, DeleteConversations):
+            counts = self._apply_to_memory(op)
+            counts["routing"] = sum(self._routing.pop(key, None) is not None
+                                    for key in op.session_keys)
+            self._changed.difference_update(op.session_keys)
+            return counts
         if isinstance(op, (*_NO_TABLE, NodeValue, SetSessionRestarts)):
             return None  # no sessions table: the journal, transcripts, node files hold it
         self._volatile()
@@ -284,7 +311,24 @@ class FilesBackend:
             return self._outbox.apply(op) if self._ledger.delivered_by(op) else None
         if isinstance(op, (OutboxAppend, OutboxPrune)):
             return self._outbox.apply(op)
+        if isinstance(op, DeleteConversations):
+            keys = frozenset(op.session_keys)
+            counts = dict.fromkeys(CONVERSATION_TABLES, 0)
+            counts.update(inbox=self._inbox.delete_keys(keys),
+                          deliveries=self._ledger.delete_keys(keys),
+                          outbox=self._outbox.delete_keys(keys))
+            return counts
         return None
+
+    def _remove_transcripts(self, op: DeleteConversations) -> tuple[int, int]:
+        """Delete the transcript files of ``op``'s sessions: how many files held lines, and
+        how many messages they held."""
+        files = messages = 0
+        for session_id in op.session_ids:
+            count = self._transcripts.remove(session_id)
+            files += count > 0
+            messages += count
+        return files, messages
 
     def apply_later(self, ops: list[Op], callback: Callable[[bool, Any], None]) -> None:
         """:meth:`apply`, then ``callback(ok, results_or_error)`` (nothing to wait for)."""

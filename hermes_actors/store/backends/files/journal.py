@@ -48,6 +48,7 @@ from hermes_actors.store.ops import (
     AddTokens,
     ConsumeEvents,
     CreateSession,
+    DeleteConversations,
     EndSession,
     LedgerClaim,
     LedgerFinish,
@@ -76,7 +77,7 @@ IMPORTED_JOURNAL = "imported_journal"
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     AcceptEvent, ConsumeEvents, WithdrawEvent, PruneInbox, LedgerRecord, LedgerClaim,
     LedgerRelease, LedgerReopen, LedgerFinish, LedgerPrune, OutboxAppend, OutboxPrune, CreateSession,
-    EndSession, AddTokens, ListId)}
+    EndSession, AddTokens, ListId, DeleteConversations)}
 #: The operations journaled.
 JOURNALED: tuple[type, ...] = tuple(_TYPES.values())
 

@@ -74,6 +74,19 @@ class JsonlTranscripts:
                 return _public(record)
         return None
 
+    def remove(self, session_id: str) -> int:
+        """Delete ``session_id``'s file (and an imported copy of it); how many messages it
+        held (0 without a file). ``OSError`` when the disk refuses."""
+        path = self.path(session_id)
+        with self._lock:
+            count = len([r for r in read_lines(path) if "role" in r and "content" in r])
+            for victim in (path, path.with_name(path.name + ".imported")):
+                try:
+                    victim.unlink()
+                except FileNotFoundError:
+                    pass
+        return count
+
     def session_ids(self) -> list[str]:
         """Ids of every transcript file present, sorted."""
         try:

@@ -92,6 +92,13 @@ class MemoryInbox:
             self._forget(key)
         return len(old)
 
+    def delete_keys(self, keys: frozenset[str]) -> int:
+        """Drop every row of the session keys ``keys`` (``DeleteConversations``)."""
+        gone = [event_id for event_id, row in self.rows.items() if row["session_key"] in keys]
+        for event_id in gone:
+            self._forget(event_id)
+        return len(gone)
+
     def _forget(self, event_id: str) -> None:
         row = self.rows.pop(event_id)
         if row["ingress_key"]:
@@ -171,6 +178,13 @@ class MemoryLedger:
             del self.rows[key]
         return len(old)
 
+    def delete_keys(self, keys: frozenset[str]) -> int:
+        """Drop every row of the session keys ``keys`` (``DeleteConversations``)."""
+        gone = [oid for oid, row in self.rows.items() if row["session_key"] in keys]
+        for oid in gone:
+            del self.rows[oid]
+        return len(gone)
+
     def delivered_by(self, op: OutboxAppend) -> bool:
         """An outbox append that ends its ledger row's attempt (``op.obligation_id``): the
         row is marked ``delivered`` when it is ``attempting`` for ``op``'s sender, and
@@ -243,6 +257,14 @@ class MemoryOutbox:
         pruned = len(self.rows) - len(kept)
         self.rows = kept
         return pruned
+
+    def delete_keys(self, keys: frozenset[str]) -> int:
+        """Drop every row of the session keys ``keys`` (``DeleteConversations``); the
+        numbering goes on above the highest cursor handed out."""
+        kept = [r for r in self.rows if r["session_key"] not in keys]
+        gone = len(self.rows) - len(kept)
+        self.rows = kept
+        return gone
 
     def reserve(self, floor: int) -> int:
         """Draw the cursor of the next append (above ``floor``) before it is applied."""

@@ -37,11 +37,13 @@ from hermes_actors.store.backends.postgres.schema import (
     outbox_notice,
 )
 from hermes_actors.store.ops import (
+    CONVERSATION_TABLES,
     AcceptEvent,
     AddTokens,
     AppendMessage,
     ConsumeEvents,
     CreateSession,
+    DeleteConversations,
     DeleteRouting,
     EndSession,
     FenceShard,
@@ -96,6 +98,12 @@ _SET_ROUTING_FLAGS = (
     " WHERE session_key = %s"
 )
 _DELETE_ROUTING = "DELETE FROM routing WHERE session_key = ANY(%s::text[])"
+#: ``DeleteConversations``: the sessions of the keys, then each table's rows.
+_CONVERSATION_SESSIONS = "SELECT id FROM sessions WHERE session_key = ANY(%s::text[])"
+_DELETE_MESSAGES_OF = "DELETE FROM messages WHERE session_id = ANY(%s::text[])"
+_DELETE_SESSIONS = "DELETE FROM sessions WHERE id = ANY(%s::text[])"
+_DELETE_KEYED = {table: f"DELETE FROM {table} WHERE session_key = ANY(%s::text[])"
+                 for table in ("inbox", "deliveries", "outbox", "routing")}
 _APPEND_MESSAGE = (
     "WITH m AS (INSERT INTO messages (session_id, role, content, tool_name, tool_calls,"
     " timestamp, token_count, turn_token, is_reply)"
@@ -261,6 +269,7 @@ class PostgresOps:
             PutRouting: self._put_routing,
             SetRoutingFlags: self._set_routing_flags,
             DeleteRouting: self._delete_routing,
+            DeleteConversations: self._delete_conversations,
             AppendMessage: self._append_message,
             AddTokens: self._add_tokens,
             AcceptEvent: self._accept_event,
@@ -320,6 +329,21 @@ class PostgresOps:
 
     def _delete_routing(self, batch: Batch, op: DeleteRouting) -> Later:
         return batch.run(_DELETE_ROUTING, (list(op.session_keys),), _rowcount)
+
+    def _delete_conversations(self, batch: Batch, op: DeleteConversations) -> dict[str, int]:
+        # messages before their sessions rows (the reference); the full-text index is an
+        # expression index over messages, so their rows leave it with them
+        keys = list(op.session_keys)
+        found = batch.now(_CONVERSATION_SESSIONS, (keys,)).rows
+        ids = sorted(set(op.session_ids) | {str(row[0]) for row in found})
+        counts = dict.fromkeys(CONVERSATION_TABLES, 0)
+        counts["messages"] = batch.now(_DELETE_MESSAGES_OF, (ids,)).rowcount
+        counts["sessions"] = batch.now(_DELETE_SESSIONS, (ids,)).rowcount
+        for table, statement in _DELETE_KEYED.items():
+            counts[table] = batch.now(statement, (keys,)).rowcount
+        for session_id in ids:  # (an append to it would insert its row again)
+            self._known.pop(session_id, None)
+        return counts
 
     def _add_tokens(self, batch: Batch, op: AddTokens) -> None:
         if op.last_prompt_tokens is None:

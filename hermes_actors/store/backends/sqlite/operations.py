@@ -25,11 +25,13 @@ from hermes_actors.store import ledger
 from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite.schema import Models
 from hermes_actors.store.ops import (
+    CONVERSATION_TABLES,
     AcceptEvent,
     AddTokens,
     AppendMessage,
     ConsumeEvents,
     CreateSession,
+    DeleteConversations,
     DeleteRouting,
     EndSession,
     LedgerClaim,
@@ -213,6 +215,7 @@ class SqliteOps:
             PutRouting: self._put_routing,
             SetRoutingFlags: self._set_routing_flags,
             DeleteRouting: self._delete_routing,
+            DeleteConversations: self._delete_conversations,
             AppendMessage: self._append_message,
             AddTokens: self._add_tokens,
             AcceptEvent: self._accept_event,
@@ -307,6 +310,30 @@ class SqliteOps:
             r.delete().where(r.session_key.in_(batch)).execute()
             for batch in _chunks(op.session_keys)
         )
+
+    def _delete_conversations(self, op: DeleteConversations) -> dict[str, int]:
+        # messages go before their sessions rows (the reference), and the FTS trigger
+        # ``messages_ad`` removes each one's index row in this same transaction
+        counts = dict.fromkeys(CONVERSATION_TABLES, 0)
+        ids = set(op.session_ids)
+        for batch in _chunks(op.session_keys):
+            ids.update(row[0] for row in self._db.execute_sql(
+                f"SELECT id FROM sessions WHERE session_key IN ({_in_list(len(batch))})",
+                batch).fetchall())
+        for batch in _chunks(sorted(ids)):
+            marks = _in_list(len(batch))
+            counts["messages"] += self._db.execute_sql(
+                f"DELETE FROM messages WHERE session_id IN ({marks})", batch).rowcount
+            counts["sessions"] += self._db.execute_sql(
+                f"DELETE FROM sessions WHERE id IN ({marks})", batch).rowcount
+            for session_id in batch:  # (an append to it would insert its row again)
+                self._known.pop(session_id, None)
+        for batch in _chunks(op.session_keys):
+            marks = _in_list(len(batch))
+            for table in ("inbox", "deliveries", "outbox", "routing"):
+                counts[table] += self._db.execute_sql(
+                    f'DELETE FROM "{table}" WHERE session_key IN ({marks})', batch).rowcount
+        return counts
 
     def _add_tokens(self, op: AddTokens) -> None:
         if op.last_prompt_tokens is None:

@@ -1,0 +1,143 @@
+"""Deleting a conversation (issue 39): ``DELETE /v1/admin/sessions/<key>`` on a real gateway
+(called as a WSGI application, as ``test_http_admin``), and retention's sweep of idle
+conversations driven by the gateway's fake clock."""
+
+from __future__ import annotations
+
+import logging
+
+from hermes_actors.runtime.deletion import RETENTION_BATCH
+
+from .test_http_admin import ADMIN, TOKEN, _api, _call, _path
+
+DAY = 86400.0
+
+
+def _rows(h, table: str, key: str) -> list[dict]:
+    return [row for row in h.gw.store.db.rows(table) if row.get("session_key") == key]
+
+
+def _messages(h, session_id: str) -> list[str]:
+    return [m["content"] for m in h.gw.store.load_transcript(session_id)]
+
+
+def _with_an_outbox_row(h, key: str) -> None:
+    h.gw.store.outbox_append(session_key=key, platform="telegram", chat_id="42",
+                             thread_id=None, text="for the outbox", kind="reply")
+
+
+class TestDelete:
+    def test_everything_of_the_conversation_goes_and_the_next_message_starts_afresh(
+            self, make_harness):
+        h = make_harness()
+        api = _api(h.gw)
+        h.send("hello zanzibar")
+        h.send("kept zanzibar", chat_id="1")
+        h.idle()
+        h.gw.store.reset_session(h.key())  # an earlier session of the key goes too
+        h.send("again zanzibar")
+        h.idle()
+        h.hold("g", command="wait")  # a running turn ...
+        h.send("/queue later")  # ... and a queued message, still in the inbox
+        h.handled()
+        _with_an_outbox_row(h, h.key())
+        entry = h.gw.store.get(h.key())
+        old = entry.prev_session_id
+        assert _rows(h, "inbox", h.key()) and _rows(h, "deliveries", h.key())
+
+        status, body = _call(api, _path(h.key()), method="DELETE")
+        assert status == 200, body
+        assert (body["session_key"], body["session_id"]) == (h.key(), entry.session_id)
+        deleted = body["deleted"]
+        assert deleted["routing"] == 1 and deleted["sessions"] == 2
+        assert deleted["messages"] >= 5 and deleted["outbox"] == 1
+        assert deleted["inbox"] >= 4 and deleted["deliveries"] >= 2
+
+        store = h.gw.store
+        assert store.get(h.key()) is None
+        assert _messages(h, entry.session_id) == [] and _messages(h, old) == []
+        assert {hit["session_id"] for hit in store.db.search("zanzibar")} == {
+            store.get(h.key("1")).session_id}
+        for table in ("inbox", "deliveries", "outbox", "routing"):
+            assert _rows(h, table, h.key()) == [], table
+        assert {row["id"] for row in store.db.rows("sessions")} == {
+            store.get(h.key("1")).session_id}
+        assert _call(api, _path(h.key()))[0] == 404
+        assert _call(api, _path(h.key()), method="DELETE")[0] == 404
+        assert "later" not in " ".join(h.texts())  # the queued message died unanswered
+
+        h.gates.open_all()  # (the stopped turn's gate: nothing waits on it any more)
+        h.send("fresh start")
+        h.idle()
+        fresh = store.get(h.key())
+        assert fresh.session_id not in (entry.session_id, old)
+        assert _messages(h, fresh.session_id) == ["fresh start", "echo: fresh start"]
+        assert h.gw.session_statistics(h.key()).turns == 1  # a new actor: no stale state
+
+    def test_a_running_turn_is_stopped_first(self, make_harness):
+        h = make_harness()
+        api = _api(h.gw)
+        h.hold("g", command="wait")
+        agent = h.agents[-1]
+        assert h.gw.session_statistics(h.key()).running
+        status, _ = _call(api, _path(h.key()), method="DELETE")
+        assert status == 200
+        assert agent._interrupted.is_set()  # stopped as /stop does, then deleted
+        assert agent.closed  # the cached agent is discarded
+        assert h.gw.session_statistics(h.key()) is None  # its actor is gone
+        h.idle()
+        assert h.gw.store.get(h.key()) is None
+        assert h.gw.store.db.rows("deliveries") == []  # nothing owed is left to send
+
+    def test_wrong_ingress_and_missing_tokens_delete_nothing(self, make_harness):
+        h = make_harness()
+        api = _api(h.gw)
+        h.send("hello")
+        h.idle()
+        for token in ("wrong", TOKEN, None):
+            assert _call(api, _path(h.key()), method="DELETE", token=token)[0] == 401
+        assert h.gw.store.get(h.key()) is not None
+        assert _call(_api(h.gw, admin=None), _path(h.key()), method="DELETE",
+                     token=ADMIN)[0] == 404  # the routes are off
+        assert _call(api, _path("agent:main:telegram:dm:nobody"), method="DELETE")[0] == 404
+        assert _call(api, _path(h.key()), method="PUT")[0] == 405
+
+
+class TestRetention:
+    def test_idle_conversations_are_deleted_by_age_in_batches(self, make_harness, caplog):
+        h = make_harness(retention={"days": 30})
+        for chat in ("old1", "old2"):
+            h.send("hi", chat_id=chat)
+        h.idle()
+        gone = h.gw.store.get(h.key("old1")).session_id
+        h.clock.advance(20 * DAY)
+        h.send("hi", chat_id="recent")
+        h.idle()
+        h.gw.store.suspend_session(h.key("old2"))  # pending: kept whatever its age
+        h.clock.advance(11 * DAY)  # old1/old2 idle 31 days, recent 11
+        with caplog.at_level(logging.INFO, logger="hermes_actors.retention"):
+            h.gw.housekeeping_tick()
+        keys = {e.session_key for e in h.gw.store.list_sessions()}
+        assert keys == {h.key("old2"), h.key("recent")}
+        assert _messages(h, gone) == []
+        assert _messages(h, h.gw.store.get(h.key("recent")).session_id) == ["hi", "echo: hi"]
+        [line] = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+        assert "deleted=1" in line
+
+    def test_a_batch_is_bounded_and_null_keeps_everything(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        for n in range(3):
+            h.send("hi", chat_id=str(n))
+        h.idle()
+        h.clock.advance(2 * DAY)
+        assert h.gw._deleter.sweep(1, batch=2) == 2  # the oldest two
+        assert [e.session_key for e in h.gw.store.list_sessions()] == [h.key("2")]
+        assert RETENTION_BATCH == 100
+        keep = make_harness(session_store_max_age_days=0)  # retention.days: null (default)
+        keep.send("hi")
+        keep.idle()
+        kept = keep.gw.store.get(keep.key()).session_id
+        keep.clock.advance(10_000 * DAY)
+        keep.gw.housekeeping_tick()
+        assert keep.gw.store.get(keep.key()).session_id == kept
+        assert _messages(keep, kept) == ["hi", "echo: hi"]
