@@ -5,7 +5,7 @@ Every command talks to ``--url`` (default: as ``send``'s) with ``--admin-token``
 ``$HERMES_HTTP_ADMIN_TOKEN``, or ``http.admin_token`` of the home's configuration) and prints
 a readable table, or the answer's JSON with ``--json``. Exit codes: 0 done; 1 the gateway
 failed (unreachable, 5xx); 2 a usage error or a refusal (401 wrong token, 404 unknown or
-routes off, 409 not retryable).
+routes off, 409 not retryable, ``delete`` without ``--yes``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ def configure_admin_key(parser: argparse.ArgumentParser) -> None:
     """``admin show|cancel|reset|unsuspend KEY``."""
     configure_admin(parser)
     parser.add_argument("key", help="the session key, e.g. agent:main:telegram:dm:42")
+
+
+def configure_admin_delete(parser: argparse.ArgumentParser) -> None:
+    """``admin delete KEY --yes``."""
+    configure_admin_key(parser)
+    parser.add_argument("--yes", action="store_true",
+                        help="confirm: the conversation is deleted for good")
 
 
 def configure_admin_deliveries(parser: argparse.ArgumentParser) -> None:
@@ -154,6 +161,17 @@ def cmd_admin_unsuspend(args: argparse.Namespace) -> int:
     return _command(args, "unsuspend")
 
 
+def cmd_admin_delete(args: argparse.Namespace) -> int:
+    """``admin delete KEY --yes``: delete the conversation whole (a running turn is stopped
+    first; nothing it still owed is sent)."""
+    if not args.yes:
+        raise UsageError(f"deleting {args.key} removes its transcript, inbox, deliveries and "
+                         "outbox for good: add --yes to confirm")
+    data = _request(args, "DELETE", _key_path(args.key))
+    counts = ", ".join(f"{table} {count}" for table, count in data["deleted"].items())
+    return _print(args, data, f"{args.key}: deleted ({counts})")
+
+
 def cmd_admin_deliveries(args: argparse.Namespace) -> int:
     """``admin deliveries``: the failed and abandoned deliveries."""
     query = {"state": args.state} if args.state else None
@@ -180,6 +198,8 @@ ADMIN_COMMANDS = (
     ("reset", "start a session over (as the chat's /new)", cmd_admin_reset,
      configure_admin_key),
     ("unsuspend", "clear a session's suspension", cmd_admin_unsuspend, configure_admin_key),
+    ("delete", "delete a conversation whole (needs --yes)", cmd_admin_delete,
+     configure_admin_delete),
     ("deliveries", "list failed and abandoned deliveries", cmd_admin_deliveries,
      configure_admin_deliveries),
     ("retry", "put a failed or abandoned delivery back to pending", cmd_admin_retry,
