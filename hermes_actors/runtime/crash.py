@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["CRASH_POINTS", "INGRESS_CRASH_POINTS", "STORE_CRASH_POINTS", "crashpoint"]
+__all__ = ["CRASH_POINTS", "DELETE_CRASH_POINTS", "INGRESS_CRASH_POINTS", "STORE_CRASH_POINTS",
+           "crashpoint"]
 
 #: The named points of §15 (more may exist; unknown names are simply never reached).
 CRASH_POINTS = (
@@ -33,6 +34,10 @@ STORE_CRASH_POINTS = ("db_writer_after_commit",)
 #: client then retries it; exactly-once ingress must recognise the retry), or a platform
 #: has handed updates over that nothing has taken yet (they come again).
 INGRESS_CRASH_POINTS = ("after_message_accepted", "telegram_update_received")
+
+#: A conversation's delete (``runtime/deletion``): after ``sessions.json`` lost the key and
+#: before the transaction (nothing is deleted), and after the transaction (all of it is).
+DELETE_CRASH_POINTS = ("delete_before_commit", "delete_after_commit")
 
 _ENV = "HERMES_ACTORS_CRASHPOINT"
 _ARMED = os.environ.get(_ENV) or None

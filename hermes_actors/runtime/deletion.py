@@ -27,22 +27,20 @@ still write after the store's transaction.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 import pykka
 
 from hermes_actors.errors import HermesActorsError
-from hermes_actors.runtime.crash import crashpoint
+from hermes_actors.runtime.crash import DELETE_CRASH_POINTS, crashpoint
 from hermes_actors.runtime.session_actor import Forget, GetStatistics
 
 __all__ = ["DELETE_CRASH_POINTS", "RETENTION_BATCH", "ConversationBusy", "Deleter"]
 
 log = logging.getLogger("hermes_actors.retention")
 
-#: The crash points of a delete: after ``sessions.json`` lost the key and before the
-#: transaction (nothing is deleted), and after the transaction (everything is).
-DELETE_CRASH_POINTS = ("delete_before_commit", "delete_after_commit")
 #: Conversations retention deletes at most per housekeeping pass (one transaction).
 RETENTION_BATCH = 100
 #: Seconds a delete waits for the running turn it stopped to end.
@@ -81,8 +79,8 @@ class Deleter:
             keys = [key for key in keys if key not in busy]
             with gw._lock:  # no event is dispatched meanwhile (the set is consulted there)
                 removed = gw.store.delete_sessions(
-                    keys, before_commit=lambda: crashpoint("delete_before_commit"))
-                crashpoint("delete_after_commit")
+                    keys, before_commit=lambda: crashpoint(DELETE_CRASH_POINTS[0]))
+                crashpoint(DELETE_CRASH_POINTS[1])
         finally:
             with gw._lock:
                 self._deleting.difference_update(keys)
@@ -118,8 +116,11 @@ class Deleter:
         gw = self._gw
         services = gw._live_services
         for key in keys:
+            closed = threading.Event()
             try:
-                services.cache.discard(key).get(timeout=10)
+                services.cache.discard(key, on_done=closed.set).get(timeout=10)
+                if not closed.wait(10):  # (an agent's close that hangs: the delete is done)
+                    log.warning("the agent of deleted session_key=%s is still closing", key)
                 gw._supervisor.turn_succeeded(key).get(timeout=10)
             except Exception:  # noqa: BLE001 - the delete is done; log and go on
                 log.exception("after deleting session_key=%s", key)

@@ -80,6 +80,7 @@ from hermes_actors.store.ops import (
     AppendMessage,
     ConsumeEvents,
     CreateSession,
+    DeleteConversations,
     DeleteRouting,
     ListId,
     NodeValue,
@@ -615,11 +616,36 @@ class StoreCore:
                 self.backend.apply([NodeValue(
                     self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops))),
                     *self._onto_held_events(ops[done:])])
+            self._finish_deletes(ops[done:])
             journal.retire()
             log.warning("imported %d changes of degraded mode from %s", len(ops) - done,
                         journal.path)
         except (StoreError, OSError) as exc:
             log.warning("cannot import %s: %s", journal.path, exc)
+
+    def _finish_deletes(self, ops: list[Op]) -> None:
+        """Conversations degraded mode deleted (``DeleteConversations``, now applied to the
+        database as well): a copy of their routing the degraded mirror restored is dropped,
+        and transcript files a crash left behind are removed before they could be imported."""
+        deletes = [op for op in ops if isinstance(op, DeleteConversations)]
+        if not deletes:
+            return
+        # (a key that got a new session after its delete keeps that one)
+        gone = {sid for op in deletes for sid in op.session_ids}
+        keys = [key for op in deletes for key in op.session_keys
+                if (entry := self.entries.get(key)) is not None and entry.session_id in gone]
+        if keys:
+            with self._map_lock:
+                for key in keys:
+                    self.entries.pop(key)
+            self.backend.apply([DeleteRouting(tuple(keys))])
+        for op in deletes:
+            for session_id in op.session_ids:
+                try:
+                    self.transcripts.remove(session_id)
+                except (OSError, ValueError) as exc:
+                    log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
+        self._mirror.mark_dirty()
 
     def _check_outbox_cursors(self, ops: list[Op]) -> None:
         """Say so loudly if degraded mode's outbox cursors are not all above the database's:
