@@ -126,9 +126,10 @@ class TestRetention:
 
     def test_a_batch_is_bounded_and_null_keeps_everything(self, make_harness):
         h = make_harness(retention={"days": 1})
-        for n in range(3):
+        for n in range(3):  # 0 is the oldest
             h.send("hi", chat_id=str(n))
-        h.idle()
+            h.idle()
+            h.clock.advance(60)
         h.clock.advance(2 * DAY)
         assert h.gw._deleter.sweep(1, batch=2) == 2  # the oldest two
         assert [e.session_key for e in h.gw.store.list_sessions()] == [h.key("2")]
