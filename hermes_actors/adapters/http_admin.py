@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_actors.adapters.http_requests import RequestError, parse_count, parse_query
+from hermes_actors.errors import HermesActorsError, StoreError
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.timeutil import isoformat
 
@@ -139,12 +140,12 @@ class AdminRoutes:
     def _delete_session(self, key: str) -> tuple[int, Any]:
         """Delete the conversation whole (``Gateway.delete_session``): its running turn is
         stopped first; what it still owed is deleted unanswered."""
-        from hermes_actors.errors import HermesActorsError
-
         entry = self._entry(key)
         try:
             removed = self._gw.delete_session(key)
-        except HermesActorsError as exc:
+        except StoreError as exc:  # nothing deleted (one transaction)
+            raise RequestError(503, f"the delete failed, nothing was deleted: {exc}") from None
+        except HermesActorsError as exc:  # busy, another node's, stopping
             raise RequestError(409, str(exc)) from None
         if removed is None:  # deleted meanwhile (another delete, retention)
             raise RequestError(404, f"no session with key {key!r}")

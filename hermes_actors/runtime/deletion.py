@@ -26,6 +26,7 @@ still write after the store's transaction.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable
@@ -33,6 +34,7 @@ from typing import Any
 
 import pykka
 
+from hermes_actors._green import spawn
 from hermes_actors.errors import HermesActorsError
 from hermes_actors.runtime.crash import DELETE_CRASH_POINTS, crashpoint
 from hermes_actors.runtime.session_actor import Forget, GetStatistics
@@ -102,13 +104,14 @@ class Deleter:
             except (pykka.ActorDeadError, pykka.Timeout):
                 ended = None
             if ended is not None and not ended.wait(timeout):
+                # its turn goes on writing the conversation: nothing may be deleted. The
+                # actor (out of the router: a later message starts a new one; the inbox
+                # keeps what it had queued) stops once that turn has ended.
+                spawn(functools.partial(_stop, ref, ended), "forgotten-actor")
                 raise ConversationBusy(
                     f"the running turn of {key!r} did not end within {timeout:g} s after it "
                     "was stopped; nothing was deleted (try again)")
-            try:
-                ref.stop(block=True, timeout=10)
-            except (pykka.ActorDeadError, pykka.Timeout):
-                pass
+            _stop(ref)
         return True
 
     def _forget_memory(self, keys: list[str]) -> None:
@@ -142,3 +145,13 @@ class Deleter:
         log.info("retention deleted=%d conversations idle over %g days (messages=%d)",
                  len(removed), days, messages)
         return len(removed)
+
+
+def _stop(ref: pykka.ActorRef, after: threading.Event | None = None) -> None:
+    """Stop ``ref`` (once ``after`` is set, when given)."""
+    if after is not None:
+        after.wait()
+    try:
+        ref.stop(block=True, timeout=10)
+    except (pykka.ActorDeadError, pykka.Timeout):
+        pass

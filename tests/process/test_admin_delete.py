@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from hermes_actors.runtime.deletion import RETENTION_BATCH
+import pytest
+
+from hermes_actors.runtime.deletion import RETENTION_BATCH, ConversationBusy
 
 from .test_http_admin import ADMIN, TOKEN, _api, _call, _path
 
@@ -142,3 +144,45 @@ class TestRetention:
         keep.gw.housekeeping_tick()
         assert keep.gw.store.get(keep.key()).session_id == kept
         assert _messages(keep, kept) == ["hi", "echo: hi"]
+
+
+class TestDeleteOnEveryBackend:
+    """The same delete through a gateway on each store backend (PostgreSQL: its tsvector
+    index loses the rows with their messages)."""
+
+    @pytest.fixture
+    def harness_store(self, every_backend):
+        return every_backend
+
+    def test_the_conversation_goes_and_the_others_stay(self, make_harness):
+        h = make_harness()
+        h.send("hello zanzibar")
+        h.send("kept zanzibar", chat_id="1")
+        h.idle()
+        _with_an_outbox_row(h, h.key())
+        gone = h.gw.store.get(h.key()).session_id
+        status, body = _call(_api(h.gw), _path(h.key()), method="DELETE")
+        assert status == 200 and body["deleted"]["messages"] == 2
+        store = h.gw.store
+        kept = store.get(h.key("1")).session_id
+        assert store.get(h.key()) is None and _messages(h, gone) == []
+        assert {hit["session_id"] for hit in store.db.search("zanzibar")} == {kept}
+        for table in ("inbox", "deliveries", "outbox"):
+            assert _rows(h, table, h.key()) == [], table
+        assert _rows(h, "deliveries", h.key("1"))
+
+
+class TestBusy:
+    def test_a_turn_that_does_not_stop_in_time_leaves_everything(self, make_harness):
+        h = make_harness()
+        h.hold("g")  # a "hold" turn ignores interrupts until its gate opens
+        entry = h.gw.store.get(h.key())
+        with pytest.raises(ConversationBusy, match="nothing was deleted"):
+            h.gw._deleter.delete([h.key()], turn_timeout=0.05)
+        h.gates.open_all()
+        h.idle()  # the stopped turn has ended (its actor, out of the router, waited for it)
+        assert h.gw.store.get(h.key()).session_id == entry.session_id
+        assert _messages(h, entry.session_id) == ["hold g"]  # stopped: no reply
+        h.send("next")  # a new actor serves the key
+        h.idle()
+        assert _messages(h, entry.session_id)[-1] == "echo: next"
