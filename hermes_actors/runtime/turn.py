@@ -102,8 +102,9 @@ class RunningTurn:
     agent: Any = None
     lock: Any = field(default_factory=brief_lock)
     #: Set once the turn's worker is done with it (its ``TurnDone`` told): a conversation's
-    #: delete waits for it before it deletes what the turn wrote.
-    ended: threading.Event = field(default_factory=threading.Event)
+    #: delete waits for it before it deletes what the turn wrote. (Looked up when a turn
+    #: starts: gevent's event once ``threading`` is patched, whenever this was imported.)
+    ended: threading.Event = field(default_factory=lambda: threading.Event())
 
     def interrupt(self, reason: str | None) -> None:
         """Ask the turn to stop; safe before the agent is attached."""

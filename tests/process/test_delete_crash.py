@@ -17,6 +17,7 @@ from .conftest import TOKEN, run_cli
 CRASH = "HERMES_ACTORS_CRASHPOINT"
 ADMIN = "operator-t0ken"
 ENV = {"HERMES_HTTP_TOKEN": TOKEN, "HERMES_HTTP_ADMIN_TOKEN": ADMIN}
+AGENT = ("--agent", "scripted")
 
 
 def _show(gw, key: str) -> tuple[int, object]:
@@ -31,13 +32,13 @@ def _path(key: str) -> str:
 def _killed_deleting(start_gateway, home, point: str) -> tuple[str, str]:
     """A conversation (in ``sessions.json`` too: the clean stop writes it), then its delete
     killed at ``point``: its key and session id."""
-    first = start_gateway(home=home, env=ENV, token=TOKEN)
+    first = start_gateway(*AGENT, home=home, env=ENV, token=TOKEN)
     key = first.post("c1", "hello zanzibar")["session_key"]
     first.replies("c1", 1)
     assert first.stop() == 0
     mirror = json.loads((home / "sessions" / "sessions.json").read_text())
     session_id = mirror[key]["session_id"]
-    gw = start_gateway(home=home, env={**ENV, CRASH: point}, token=TOKEN)
+    gw = start_gateway(*AGENT, home=home, env={**ENV, CRASH: point}, token=TOKEN)
     with pytest.raises(OSError):  # the process dies before it answers
         gw.request("DELETE", _path(key), token=ADMIN)
     assert gw.proc.wait(timeout=30) == 137
@@ -50,7 +51,7 @@ def test_killed_before_the_transaction_nothing_is_deleted(start_gateway, tmp_pat
     # sessions.json was already written without the key: the database's row wins
     assert key not in json.loads((home / "sessions" / "sessions.json").read_text())
 
-    again = start_gateway(home=home, env=ENV, token=TOKEN)
+    again = start_gateway(*AGENT, home=home, env=ENV, token=TOKEN)
     status, shown = _show(again, key)
     assert status == 200 and shown["session_id"] == session_id
     assert [m["content"] for m in shown["transcript_tail"]] == [
@@ -68,6 +69,16 @@ def test_killed_before_the_transaction_nothing_is_deleted(start_gateway, tmp_pat
     assert _show(again, key)[0] == 404
     missing = run_cli(*args, "--yes")
     assert missing.returncode == 2 and "404" in missing.stderr
+
+    # a running turn (under gevent) is stopped, then its conversation deleted
+    busy = again.post("c2", "sleep 30")["session_key"]
+    while not again.session(busy)[1].get("running"):  # its turn has started
+        pass
+    stopped = run_cli("admin", "delete", busy, "--url", again.url, "--admin-token", ADMIN,
+                      "--yes", "--json", timeout=20)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["deleted"]["inbox"] == 1
+    assert _show(again, busy)[0] == 404
     assert again.stop() == 0
 
 
@@ -75,7 +86,7 @@ def test_killed_after_the_transaction_everything_is_deleted(start_gateway, tmp_p
     home = tmp_path / "home"
     key, session_id = _killed_deleting(start_gateway, home, "delete_after_commit")
 
-    again = start_gateway(home=home, env=ENV, token=TOKEN)
+    again = start_gateway(*AGENT, home=home, env=ENV, token=TOKEN)
     assert _show(again, key)[0] == 404
     posted = again.post("c1", "hello again")
     [reply] = again.replies("c1", 1)  # the deleted conversation's reply is not there
