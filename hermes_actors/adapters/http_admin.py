@@ -1,6 +1,7 @@
 """The operator routes of the HTTP adapter (§12, ``/v1/admin/...``): look at sessions, stop or
-reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension; list the failed
-and abandoned deliveries and put one back for the next ledger sweep.
+reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension, delete a
+conversation whole (``Gateway.delete_session``); list the failed and abandoned deliveries and
+put one back for the next ledger sweep.
 
 Guarded by ``http.admin_token`` (and off, 404, without one: :class:`HttpApi` decides that);
 this module only reads the gateway and the store and shapes the answers. A handler returns
