@@ -13,7 +13,11 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from hermes_actors.adapters.http import HttpApi
+from hermes_actors.adapters.http_admin_events import look
+from hermes_actors.adapters.http_requests import RequestError
 from hermes_actors.adapters.outbox import Outbox
 
 TOKEN = "ingress-t0ken"
@@ -121,7 +125,8 @@ class TestEvents:
         first = _events(next(chunks))
         assert [s["session_key"] for s in first["sessions"]["sessions"]] == [h.key("1")]
         assert first["deliveries"] == {"deliveries": []}
-        assert "cluster" not in first  # (a single gateway: that route answers 404)
+        cluster = _call(api, "/v1/admin/cluster", token=ADMIN)[0]
+        assert ("cluster" in first) is (cluster == 200)  # (a single gateway: 404, not sent)
 
         h.send("hello", chat_id="2")  # a conversation that starts after the client connected
         keys: list[str] = []
@@ -134,6 +139,24 @@ class TestEvents:
         assert b"stopping" in b"".join(chunks)
         body.close()
         assert api.streams.open == 0
+
+    def test_a_view_is_sent_only_while_its_route_answers(self):
+        answers = {"/v1/admin/sessions": {"sessions": []},
+                   "/v1/admin/deliveries": {"deliveries": []}}
+
+        def handle(method: str, path: str, query: str):
+            assert method == "GET" and query == ("limit=5" if "sessions" in path else "")
+            if path not in answers:
+                raise RequestError(404, f"no such endpoint: {path}")
+            return 200, answers[path]
+
+        assert look(handle, "limit=5") == {"sessions": {"sessions": []},
+                                           "deliveries": {"deliveries": []}}
+        answers["/v1/admin/cluster"] = {"nodes": [{"node_id": "n1"}], "shards": []}
+        assert look(handle, "limit=5")["cluster"] == answers["/v1/admin/cluster"]
+        del answers["/v1/admin/sessions"]  # the sessions route refusing is the request's error
+        with pytest.raises(RequestError):
+            look(handle, "limit=5")
 
     def test_tokens_query_and_the_stream_limit(self, make_harness):
         api = _api(make_harness().gw, max_streams=1)
