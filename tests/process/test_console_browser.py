@@ -82,6 +82,18 @@ def _text(driver, element_id: str) -> str:
     return driver.execute_script(f"return document.getElementById('{element_id}').textContent")
 
 
+def _click(driver, selector: str) -> None:
+    """Click the element at ``selector`` once it is there (rows are redrawn as they change:
+    a redrawn one is looked up again)."""
+    def clicked(d) -> bool:
+        found = _css(d, selector)
+        if found:
+            found[0].click()
+        return bool(found)
+
+    _wait(driver, clicked, f"something to click at {selector}")
+
+
 def _row(key: str) -> str:
     return f'#sessions tbody tr[data-session-key="{key}"]'
 
@@ -92,13 +104,19 @@ def _console_errors(driver) -> list[dict]:
 
 
 def _requests(driver) -> list[str]:
-    """The URLs the page requested since the last call (Chromium's network log)."""
-    urls = []
+    """The URLs the page requested since the last call."""
+    return [url for _, url in _methods(driver)]
+
+
+def _methods(driver) -> list[tuple[str, str]]:
+    """``(method, URL)`` of every request since the last call (Chromium's network log)."""
+    found = []
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
         if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
+            request = message["params"]["request"]
+            found.append((request["method"], request["url"]))
+    return found
 
 
 def _sign_in(driver, gateway) -> None:
@@ -147,7 +165,7 @@ def test_a_conversation_started_after_load_appears_live(browser, gateway):
     assert browser.execute_script("return window.notReloaded") is True
     gateway.replies("live-1", 1)
     # its detail: the transcript tail of the finished turn
-    _wait(browser, lambda d: [r.click() for r in _css(d, _row(key))] or True, "a click")
+    _click(browser, _row(key))
     _wait(browser, lambda d: "echo: hello" in _text(d, "transcript"), "the transcript")
     assert _text(browser, "detail-key") == key
     assert _console_errors(browser) == []
@@ -159,9 +177,9 @@ def test_cancel_a_running_turn_from_the_page(browser, gateway):
     key = posted["session_key"]
     running = _row(key) + '[data-running="true"]'
     _wait(browser, lambda d: _css(d, running), "the running turn")
-    _wait(browser, lambda d: [r.click() for r in _css(d, _row(key))] or True, "a click")
+    _click(browser, _row(key))
     _wait(browser, lambda d: _text(d, "detail-key") == key, "its detail")
-    browser.find_element("css selector", '#detail button[data-action="cancel"]').click()
+    _click(browser, '#detail button[data-action="cancel"]')
     _wait(browser, lambda d: "cancel submitted" in _text(d, "notice"), "the cancel notice")
     [stopped] = gateway.replies("slow", 1)
     assert stopped["text"] == "Stopped" and stopped["final"]
@@ -182,3 +200,26 @@ def test_the_chat_panel_talks_through_the_ingress_api(browser, gateway):
     assert "you (event " in _text(browser, "chat-log")
     assert gateway.replies("panel", 1)[0]["text"] == "echo: hi from the console"
     assert _console_errors(browser) == []
+
+
+def test_delete_asks_first(browser, gateway):
+    _sign_in(browser, gateway)
+    key = gateway.post("keep-me", "hello")["session_key"]
+    _click(browser, _row(key))
+    _wait(browser, lambda d: _text(d, "detail-key") == key, "its detail")
+    _methods(browser)
+    _click(browser, '#detail button[data-action="delete"]')
+    prompt = _wait(browser, lambda d: d.switch_to.alert, "the confirmation")
+    assert key in prompt.text
+    prompt.dismiss()  # the operator thinks again: nothing is sent
+    assert browser.execute_script("return 1") == 1  # (the page goes on)
+    assert not [url for method, url in _methods(browser) if method == "DELETE"]
+    assert _css(browser, _row(key)) and _text(browser, "detail-key") == key
+    assert _console_errors(browser) == []
+
+    _click(browser, '#detail button[data-action="delete"]')
+    _wait(browser, lambda d: d.switch_to.alert, "the confirmation").accept()
+    sent: list[tuple[str, str]] = []
+    wanted = ("DELETE", f"{gateway.url}/v1/admin/sessions/{urllib.parse.quote(key, safe='')}")
+    _wait(browser, lambda d: sent.extend(_methods(d)) or wanted in sent, "the DELETE request")
+    browser.get_log("browser")  # (what it answers is the DELETE route's business, not judged)
