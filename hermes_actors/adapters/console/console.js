@@ -273,6 +273,7 @@
       const chat = session.thread_id ? `${show(session.chat_id)} / ${session.thread_id}` : show(session.chat_id);
       const row = el("tr", {
         dataset: { sessionKey: session.session_key, running: String(Boolean(session.running)) },
+        tabindex: "0",
         className: session.session_key === selected ? "selected" : undefined,
       }, [
         el("td", {}, [el("code", { text: session.session_key })]),
@@ -525,6 +526,13 @@
     $("sessions").querySelector("tbody").addEventListener("click", (event) => {
       const row = event.target.closest("tr[data-session-key]");
       if (row) select(row.dataset.sessionKey);
+    });
+    $("sessions").querySelector("tbody").addEventListener("keydown", (event) => {
+      const row = event.target.closest("tr[data-session-key]");
+      if (row && (event.key === "Enter" || event.key === " ")) {
+        event.preventDefault();
+        select(row.dataset.sessionKey);
+      }
     });
     $("detail").addEventListener("click", (event) => {
       const button = event.target.closest("button[data-action]");
