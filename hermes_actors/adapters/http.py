@@ -9,7 +9,7 @@ only; ``/v1/admin/events``: :mod:`~hermes_actors.adapters.http_admin_events`), t
 console's page at ``/console`` (:mod:`~hermes_actors.adapters.http_console`, no token: it
 holds no data), and the ``POST`` routes of
 push platforms (``/slack/events``), which authenticate their requests themselves. A bearer token, when configured, guards every route except
-``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
+the console's files and ``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
 outbox (:mod:`~hermes_actors.adapters.outbox`).
