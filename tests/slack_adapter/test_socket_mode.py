@@ -6,12 +6,15 @@ the fakes see.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from process.conftest import GatewayProcess, platform_home, run_cli, stopped_after
 
 from hermes_actors.adapters.slack.socket import check_socket_secrets, lease_name
-from hermes_actors.config import SlackConfig
-from hermes_actors.errors import ConfigError
+from hermes_actors.config import SlackConfig, load_config
+from hermes_actors.errors import ConfigError, StoreUnavailableError
+from hermes_actors.process.platforms import connect_platforms, platform_adapters
 
 from .fake_slack_api import APP_TOKEN, BOT_USER, TOKEN, message
 from .fake_socket_mode import FakeSocketMode
@@ -123,3 +126,37 @@ class TestSocketMode:
         slack_api.wait_for(lambda: "echo: marker" in _texts(slack_api.posted("D7")))
         assert _texts(slack_api.posted("D7")) == ["echo: durable", "echo: marker"]
         assert socket_mode.max_open == 1
+
+
+class TestInProcess:
+    """The adapter on plain threads: an envelope whose message could not be stored stays
+    unacknowledged, and comes again on the next connection (a lease lost and regained)."""
+
+    def test_not_stored_not_acknowledged(self, slack_api, socket_mode):
+        config = load_config({"platforms": ["slack"], "slack": {
+            "api_base_url": slack_api.url, "mode": "socket"}}, env={})
+        [adapter] = platform_adapters(config, env=SECRETS)
+        connect_platforms([adapter])
+        assert adapter.lease_name == "slack:A0APP"
+        stored: list[str] = []
+        tried = threading.Event()
+
+        def submit(event):
+            if not tried.is_set():
+                tried.set()
+                raise StoreUnavailableError("the database is away")
+            stored.append(event.text)
+            return event.event_id
+
+        try:
+            adapter.start_polling(submit)
+            first = socket_mode.send(message("D1", "hello", channel_type="im"))
+            assert tried.wait(30)
+            adapter.stop_polling(wait=10)
+            assert adapter.poller.stopped and not socket_mode.acked(first)
+            socket_mode.wait_for(lambda: socket_mode.open_now == 0)
+            adapter.start_polling(submit)  # the envelope comes again on the new connection
+            socket_mode.wait_for(lambda: len(socket_mode.acks) == 1 and not socket_mode.pending)
+            assert stored == ["hello"]
+        finally:
+            adapter.close()
