@@ -88,9 +88,9 @@ def lease_name(app_token: str) -> str:
 
 class SocketReceiver:
     """One run of the Socket Mode connection: connects (again, with a growing pause, while
-    it fails), takes each envelope, and ends at :meth:`stop`, when ``time_left()`` reaches 0,
-    or when the gateway stops accepting. ``submit`` must return only once the event is
-    durable."""
+    it fails), takes each envelope, and ends at :meth:`stop` or when ``time_left()``
+    reaches 0. ``submit`` must return only once the event is durable; while the gateway
+    does not accept messages, envelopes are left unacknowledged (Slack sends them again)."""
 
     def __init__(self, app_token: str, web_client: Any, submit: Callable[[MessageEvent], Any],
                  *, bot_user_id: str | None,
