@@ -25,6 +25,10 @@ bot's user id, whose messages are ignored; ``start_events(submit)`` after
 ``Gateway.start()`` (until then events are ``503``: Slack retries); ``stop_events()`` when
 the process stops accepting; ``close()`` at the end. The token and the signing secret
 appear in no log line and no error.
+
+The Web API part (``connect``, ``send``, the masking) is :class:`SlackApp`, and what is done
+with one ``event_callback`` is :func:`take_event`: Socket Mode
+(:mod:`~hermes_actors.adapters.slack.socket`) shares both.
 """
 
 from __future__ import annotations
@@ -41,16 +45,16 @@ from hermes_actors.errors import ConfigError, HermesActorsError, StoreError, Sto
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["EVENTS_PATH", "SlackAdapter", "SlackApp", "SlackError", "check_secrets",
-           "take_event"]
+__all__ = ["EVENTS_PATH", "TOKEN_REJECTED", "SlackAdapter", "SlackApp", "SlackError",
+           "bot_token", "check_secrets", "read_secret", "take_event"]
 
 #: Where Slack posts events (the Request URL of the app's Event Subscriptions).
 EVENTS_PATH = "/slack/events"
 #: Slack's Web API.
 DEFAULT_API_URL = "https://slack.com/api/"
 #: ``auth.test`` errors that mean the token itself is refused.
-TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked",
-                       "token_expired", "not_allowed_token_type"})
+TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive",
+                            "token_revoked", "token_expired", "not_allowed_token_type"})
 #: ``chat.postMessage`` errors no retry can fix: the row is abandoned at once.
 _PERMANENT = frozenset({"channel_not_found", "not_in_channel", "is_archived",
                         "no_permission", "restricted_action", "team_access_not_granted",
