@@ -166,6 +166,9 @@ class Gateway:
         #: A cluster node's pull adapters (Telegram), polled while their leases are held
         #: (``runtime/pull_adapters``); ``None`` off a cluster (the host polls them).
         self.pull_adapters: PullAdapters | None = None
+        #: Where this process's HTTP API answers (``host:port``), set by its host before
+        #: ``start``: a cluster node records it in ``cluster_nodes`` for the operator.
+        self.advertised_address: str | None = None
         #: Callers of :meth:`ask` waiting for their events' final answers.
         self._answers = AnswerWaiters()
 
