@@ -1,6 +1,12 @@
 """The operator routes of the HTTP adapter (§12, ``/v1/admin/...``): look at sessions, stop or
 reset one as its chat's ``/stop`` and ``/new`` would, clear a suspension; list the failed
-and abandoned deliveries and put one back for the next ledger sweep.
+and abandoned deliveries and put one back for the next ledger sweep; show a cluster's nodes
+and leases.
+
+On a cluster node every route answers for every session: reads come from the database, and
+an action reaches the session's owner through the shared inbox (a chat command, or a
+control event: ``Gateway.operator_action``; see docs/architecture.md, *Operator actions in
+a cluster*).
 
 Guarded by ``http.admin_token`` (and off, 404, without one: :class:`HttpApi` decides that);
 this module only reads the gateway and the store and shapes the answers. A handler returns
