@@ -50,6 +50,15 @@ def test_any_node_answers_for_every_session(postgres_dsn, tmp_path):
         assert running in notice["in_reply_to"] and cancel["event_id"] in notice["in_reply_to"]
         assert notice["kind"] != "ack"  # the cancelled message's final answer
 
+        # an action that is no chat command: a control event the owner runs and consumes
+        sent = run_cli("admin", "unsuspend", key, "--url", other.url, "--admin-token", ADMIN)
+        assert sent.returncode == 0, sent.stderr
+        assert f"{key}: unsuspend sent to the node serving it (event " in sent.stdout
+        owner.stderr.expect(f"event=operator_action action=unsuspend session_key={key} ")
+        until(lambda: pair._rows("SELECT 1 FROM inbox WHERE session_key = %s AND"
+                                 " consumed_reason = 'operator'", (key,)),
+              "the control event consumed")
+
         status, view = _admin(other, "GET", "/v1/admin/cluster")
         assert status == 200 and view["node_id"] == pair.ids[1]
         addresses = {node["node_id"]: node["address"] for node in view["nodes"]}
