@@ -226,4 +226,3 @@ class _StoredQueues:
         in_turn = set(entry.active_turn_events) if running else set()
         waiting = [e for e in self._pending.get(entry.session_key, ()) if e not in in_turn]
         return running, len(waiting)
-

@@ -245,4 +245,3 @@ class TestControlEvents:
         finally:
             gw.stop()
             pykka.ActorRegistry.stop_all(block=True, timeout=10)
-
