@@ -138,3 +138,24 @@ class TestJson:
         from hermes_actors.model.jsontext import _c_to_json
 
         assert _c_to_json(value) == json.dumps(value, ensure_ascii=False)
+
+
+class TestSlackSocketMode:
+    """``adapters/slack/socket.py``'s ``_wake_receive`` ends the built-in Socket Mode client's
+    receive and dispatch at once through its attributes (read with ``getattr``: were one gone,
+    a stop would only be slower, by up to 3 s)."""
+
+    def test_the_client_still_has_what_the_quick_stop_uses(self):
+        from slack_sdk.socket_mode.builtin.client import SocketModeClient
+        from slack_sdk.socket_mode.builtin.connection import Connection
+
+        client = SocketModeClient(app_token="xapp-1-A1-1-x", web_client=None)
+        try:
+            for name in ("message_queue", "closed", "current_session_state",
+                         "current_session", "auto_reconnect_enabled"):
+                assert hasattr(client, name), name
+            assert hasattr(client.current_session_state, "terminated")
+            assert callable(client.message_queue.put)
+            assert "self.sock" in inspect.getsource(Connection.__init__)
+        finally:
+            client.close()

@@ -5,9 +5,11 @@ cursor, with a long poll), ``GET /v1/stream`` (the same replies pushed as Server
 Events, :mod:`~hermes_actors.adapters.http_stream`), ``GET /v1/sessions`` and ``GET
 /v1/sessions/<key>``, ``GET /healthz`` and ``GET /metrics``, the operator routes under
 ``/v1/admin/`` (:mod:`~hermes_actors.adapters.http_admin`, behind ``http.admin_token``
-only), and the ``POST`` routes of
+only; ``/v1/admin/events``: :mod:`~hermes_actors.adapters.http_admin_events`), the operator
+console's page at ``/console`` (:mod:`~hermes_actors.adapters.http_console`, no token: it
+holds no data), and the ``POST`` routes of
 push platforms (``/slack/events``), which authenticate their requests themselves. A bearer token, when configured, guards every route except
-``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
+the console's files and ``/healthz`` (which then tells a client without it only the status). What a request may say is decided by the pure functions of
 :mod:`~hermes_actors.adapters.http_requests`; this module only routes, reads bodies with a
 hard cap and writes JSON. Replies to the platforms it serves reach clients through the
 outbox (:mod:`~hermes_actors.adapters.outbox`).
@@ -31,6 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from hermes_actors.adapters.http_admin import ADMIN_PREFIX, AdminRoutes
+from hermes_actors.adapters.http_admin_events import EVENTS_PATH, AdminEventStream, look
+from hermes_actors.adapters.http_console import CONSOLE_PATH, console_asset, is_console
+from hermes_actors.adapters.http_console import HEADERS as CONSOLE_HEADERS
 from hermes_actors.adapters.http_metrics import CONTENT_TYPE, GatewayMetrics
 from hermes_actors.adapters.http_requests import (
     RequestError,
@@ -98,7 +103,7 @@ class _Response:
 
     def __init__(self, status: int, body: bytes, content_type: str,
                  headers: Iterable[tuple[str, str]] = (), *,
-                 stream: EventStream | None = None) -> None:
+                 stream: EventStream | AdminEventStream | None = None) -> None:
         self.status = status
         self.body = body
         self.stream = stream
@@ -318,6 +323,8 @@ class HttpApi:
     def _route_name(self, path: str) -> str:
         if path in self._routes:
             return path
+        if is_console(path):
+            return CONSOLE_PATH
         if path.startswith(_SESSIONS_PREFIX):
             return _SESSIONS_PREFIX
         if path.startswith(ADMIN_PREFIX):
@@ -327,6 +334,8 @@ class HttpApi:
     def _handle(self, request: _Request, route: str) -> _Response:
         if route == ADMIN_PREFIX:
             return self._handle_admin(request)
+        if route == CONSOLE_PATH:
+            return self._console(request)
         if route != "/healthz" and route not in self._webhooks:
             check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._token)
         methods = self._routes.get(route)
@@ -348,8 +357,44 @@ class HttpApi:
             raise RequestError(404, f"no such endpoint: {request.path} (the operator routes "
                                "are off: set http.admin_token)")
         check_bearer(request.environ.get("HTTP_AUTHORIZATION"), self._admin_token)
+        if request.path == EVENTS_PATH:
+            if request.method != "GET":
+                raise RequestError(405, f"method {request.method} is not allowed on "
+                                   f"{request.path} (allowed: GET)", [("Allow", "GET")])
+            return self._admin_events(request)
         status, data = self._admin.handle(request.method, request.path, request.query)
         return _json(status, data)
+
+    #: Seconds between two looks of ``GET /v1/admin/events`` (tests shorten it).
+    admin_events_interval = 1.0
+
+    def _admin_events(self, request: _Request) -> _Response:
+        """``GET /v1/admin/events`` (:mod:`~hermes_actors.adapters.http_admin_events`)."""
+        def take() -> dict[str, Any]:
+            return look(self._admin.handle, request.query)
+
+        first = take()  # (a bad query: its error answer, before any stream)
+        if not self.streams.acquire():
+            raise RequestError(503, f"too many open streams (http.max_streams is "
+                               f"{self.streams.limit}); retry later",
+                               [("Retry-After", _RETRY_AFTER)])
+        stream = AdminEventStream(first, take, lambda s: not self._outbox.wait_closed(s),
+                                  self.streams, interval=self.admin_events_interval,
+                                  keepalive=self._keepalive)
+        return _Response(200, b"", "text/event-stream; charset=utf-8",
+                         [("X-Accel-Buffering", "no")], stream=stream)
+
+    def _console(self, request: _Request) -> _Response:
+        """The operator console's page and files: no token needed (they hold no data),
+        but only while the operator routes are on."""
+        found = console_asset(request.path) if self._admin_token else None
+        if found is None:
+            raise RequestError(404, f"no such endpoint: {request.path}" + (
+                "" if self._admin_token else " (the console is off: set http.admin_token)"))
+        if request.method != "GET":
+            raise RequestError(405, f"method {request.method} is not allowed on "
+                               f"{request.path} (allowed: GET)", [("Allow", "GET")])
+        return _Response(200, *found, CONSOLE_HEADERS)
 
     # -- routes -----------------------------------------------------------------------------
 

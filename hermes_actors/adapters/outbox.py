@@ -165,6 +165,11 @@ class Outbox:
             with self._cond:
                 self._cond.wait_for(changed, timeout=remaining)
 
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`close`; whether the outbox is closed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed, timeout=max(0.0, timeout))
+
     def prune(self, max_age_days: float = DEFAULT_RETENTION_DAYS) -> int:
         """Delete rows older than ``max_age_days``; returns the count."""
         return self.store.outbox_prune(max_age_days)

@@ -162,12 +162,18 @@ def _phone_number_id(key: str, value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class SlackConfig:
-    """``slack``: the Slack adapter (Events API), on when ``platforms`` lists ``slack``."""
+    """``slack``: the Slack adapter (the Events API, or Socket Mode), on when ``platforms``
+    lists ``slack``."""
 
     #: The environment variable holding the bot token (``xoxb-...``; never in the file).
     bot_token_env: str = _opt(_str, "SLACK_BOT_TOKEN")
-    #: The environment variable holding the app's signing secret.
+    #: The environment variable holding the app's signing secret (``events`` mode).
     signing_secret_env: str = _opt(_str, "SLACK_SIGNING_SECRET")
+    #: How events come in: ``events`` (Slack posts them to ``/slack/events``) or
+    #: ``socket`` (Socket Mode: the gateway opens a websocket to Slack).
+    mode: str = _opt(_choice("events", "socket"), "events")
+    #: The environment variable holding the app-level token (``xapp-...``; ``socket`` mode).
+    app_token_env: str = _opt(_str, "SLACK_APP_TOKEN")
     #: Another Web API root (a test's fake); ``None``: ``https://slack.com/api/``.
     api_base_url: str | None = _opt(_url, None)
 

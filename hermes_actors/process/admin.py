@@ -141,6 +141,9 @@ def cmd_admin_show(args: argparse.Namespace) -> int:
 
 def _command(args: argparse.Namespace, action: str) -> int:
     data = _request(args, "POST", _key_path(args.key, action))
+    if data.get("forwarded"):  # a cluster node that does not serve the session
+        return _print(args, data, f"{args.key}: {action} sent to the node serving it "
+                      f"(event {data['event_id']})")
     if action == "unsuspend":
         return _print(args, data, f"{args.key}: no longer suspended")
     return _print(args, data, f"{args.key}: {action} submitted as event {data['event_id']}")
@@ -168,6 +171,9 @@ def cmd_admin_delete(args: argparse.Namespace) -> int:
         raise UsageError(f"deleting {args.key} removes its transcript, inbox, deliveries and "
                          "outbox for good: add --yes to confirm")
     data = _request(args, "DELETE", _key_path(args.key))
+    if data.get("forwarded"):  # a cluster node that does not serve the session
+        return _print(args, data, f"{args.key}: delete sent to the node serving it "
+                      f"(event {data['event_id']})")
     counts = ", ".join(f"{table} {count}" for table, count in data["deleted"].items())
     return _print(args, data, f"{args.key}: deleted ({counts})")
 
@@ -187,6 +193,17 @@ def cmd_admin_retry(args: argparse.Namespace) -> int:
                   "the next ledger sweep sends it")
 
 
+def cmd_admin_cluster(args: argparse.Namespace) -> int:
+    """``admin cluster``: the cluster's nodes, shards and leases as the answering node
+    reads them (the table of ``cluster status``); a refusal (exit 2) from a gateway that is
+    not a cluster node."""
+    from hermes_actors.process.cluster import format_status
+
+    data = _request(args, "GET", "/v1/admin/cluster")
+    lines = [f"answered by node {data.get('node_id')}", *format_status(data)]
+    return _print(args, data, "\n".join(lines))
+
+
 #: ``(word, help, run, configure)`` of each ``admin`` subcommand (rows of ``cli.SUBCOMMANDS``).
 ADMIN_COMMANDS = (
     ("sessions", "list sessions with their live state", cmd_admin_sessions,
@@ -204,4 +221,6 @@ ADMIN_COMMANDS = (
      configure_admin_deliveries),
     ("retry", "put a failed or abandoned delivery back to pending", cmd_admin_retry,
      configure_admin_retry),
+    ("cluster", "show the cluster's nodes, shards and leases", cmd_admin_cluster,
+     configure_admin),
 )

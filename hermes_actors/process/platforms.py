@@ -47,10 +47,14 @@ def platform_adapters(config: GatewayConfig, env: Mapping[str, str] | None = Non
         token = check_token(env.get(settings.token_env), settings.token_env)
         adapters.append(TelegramAdapter(settings, token))
     if "slack" in config.platforms:
-        from hermes_actors.adapters.slack import SlackAdapter, check_secrets
+        from hermes_actors.adapters import slack
 
-        bot_token, signing_secret = check_secrets(env, config.slack)
-        adapters.append(SlackAdapter(config.slack, bot_token, signing_secret))
+        if config.slack.mode == "socket":  # Socket Mode: a pull adapter (a lease in a cluster)
+            bot_token, app_token = slack.check_socket_secrets(env, config.slack)
+            adapters.append(slack.SlackSocketAdapter(config.slack, bot_token, app_token))
+        else:
+            bot_token, signing_secret = slack.check_secrets(env, config.slack)
+            adapters.append(slack.SlackAdapter(config.slack, bot_token, signing_secret))
     if "whatsapp" in config.platforms:
         from hermes_actors.adapters.whatsapp import WhatsAppAdapter, read_secrets
 

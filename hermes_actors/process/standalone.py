@@ -311,6 +311,14 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
     except OSError as exc:
         reason = exc.strerror or str(exc)  # (a failed name lookup's errno is negative)
         raise CommandFailed(f"cannot listen on {http.host}:{http.port}: {reason}") from None
+    # a cluster node records where it answers (``cluster status``, ``GET /v1/admin/cluster``)
+    address = _url(server.server_host, server.server_port).removeprefix("http://")
+    slot.current.advertised_address = address
+
+    def make_node() -> Gateway:
+        gateway = make_gateway()
+        gateway.advertised_address = address
+        return gateway
     signals = _Signals()
     signals.install()
     try:
@@ -331,7 +339,7 @@ def _serve(home: Path, config: GatewayConfig, slot: GatewaySlot, make_gateway: A
                    auth="token" if http.token else "none")
         pruner = gevent.spawn(_prune_outbox, outbox, signals.stop)
         while _wait_for_stop_or_outage(slot, signals):
-            if not _replace_gateway(slot, make_gateway, signals, report_box):
+            if not _replace_gateway(slot, make_node, signals, report_box):
                 break
         app.accepting = False
         for adapter in platforms:

@@ -21,9 +21,11 @@ import pykka
 from hermes_actors._green import new_rlock
 from hermes_actors.agents.base import check_agent_factory
 from hermes_actors.agents.factory import agent_factory_from_config
+from hermes_actors.cluster.control import control_action
 from hermes_actors.config import GatewayConfig, load_config, require_config
 from hermes_actors.errors import HermesActorsError, StoreError, StoreUnavailableError
 from hermes_actors.model.events import MessageEvent
+from hermes_actors.runtime import operator_actions
 from hermes_actors.runtime.activity import ActivityTracker
 from hermes_actors.runtime.answers import Answer, AnswerWaiters
 from hermes_actors.runtime.cache import AgentCacheActor, wait_settled
@@ -38,6 +40,7 @@ from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
 from hermes_actors.runtime.ledger_sweep import sweep_ledger
 from hermes_actors.runtime.memory import MemoryProbe
 from hermes_actors.runtime.node_sessions import RESET_WAIT, start_node
+from hermes_actors.runtime.operator_actions import OperatorOutcome
 from hermes_actors.runtime.pull_adapters import PullAdapters
 from hermes_actors.runtime.recovery import RecoveryReport
 from hermes_actors.runtime.recovery_rules import plan_startup_dispatch
@@ -164,6 +167,9 @@ class Gateway:
         #: A cluster node's pull adapters (Telegram), polled while their leases are held
         #: (``runtime/pull_adapters``); ``None`` off a cluster (the host polls them).
         self.pull_adapters: PullAdapters | None = None
+        #: Where this process's HTTP API answers (``host:port``), set by its host before
+        #: ``start``: a cluster node records it in ``cluster_nodes`` for the operator.
+        self.advertised_address: str | None = None
         #: Callers of :meth:`ask` waiting for their events' final answers.
         self._answers = AnswerWaiters()
         #: Session keys whose conversations are being deleted: events for them are dropped
@@ -598,6 +604,13 @@ class Gateway:
         """Tell the session's actor (under ``_lock``, which orders concurrent submits); with
         ``refusable``, ask it instead and return the future of its ``InboundAnswer`` with
         the decision it shares with the asker (``AdmitTicket``)."""
+        if self._deleting and key in self._deleting:  # deleted with the conversation
+            log.info("event=dropped_with_deleted_conversation session_key=%s event_id=%s",
+                     key, event.event_id)
+            return None
+        if control_action(event) is not None:  # an operator's action, not a message
+            operator_actions.execute(self, key, event, self._tracker.add, self._tracker.done)
+            return None
         self._tracker.add()
         try:
             if refusable:
@@ -633,7 +646,7 @@ class Gateway:
                 raise HermesActorsError("the gateway is not running")
         if self.cluster is not None and not self.cluster.serves(session_key):
             raise HermesActorsError(f"session {session_key!r} is served by another node: "
-                                    "delete it there")
+                                    "send it there (operator_action(key, 'delete'))")
         return self._deleter.delete([session_key]).get(session_key)
 
     # -- queries --------------------------------------------------------------------------
@@ -648,6 +661,12 @@ class Gateway:
             return 0
         stats = self._router.ask(session_key, GetStatistics())
         return stats.queue_depth if stats is not None else 0
+
+    def operator_action(self, session_key: str, action: str) -> OperatorOutcome:
+        """Run the operator's ``action`` (``operator_actions.ACTIONS``) on the session:
+        here when this gateway serves it, else sent to its shard's owner as a control
+        event through the inbox (the outcome names the event)."""
+        return operator_actions.perform(self, session_key, action)
 
     def session_entry(self, session_key: str) -> Any:
         """The session's routing entry, or ``None``; on a cluster node, read from the

@@ -94,7 +94,8 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
         monotonic=gateway.clock.monotonic,
         # a handover drains for restart_drain_timeout, then interrupts (INTERRUPT_GRACE)
         handover_timeout=handover_timeout(config),
-        adapters=pulls.adapters, adapter_listener=pulls)
+        adapters=pulls.adapters, adapter_listener=pulls,
+        address=getattr(gateway, "advertised_address", None))
     pulls.bind(manager.adapter_time_left)
     gateway.pull_adapters = pulls
 

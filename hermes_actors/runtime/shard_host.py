@@ -156,6 +156,14 @@ class ShardHost(ShardListener):
         """The epoch the node holds ``shard`` under now (the fence asks), or ``None``."""
         return self.manager.owned().get(shard) if self.manager is not None else None
 
+    def lease_snapshot(self) -> tuple[Any, str]:
+        """The lease table as of now (a ``ClusterSnapshot``: nodes, shard and adapter
+        leases, on the database's clock) and the database it is in (password masked):
+        the operator's view (``GET /v1/admin/cluster``). One short read on the lease
+        manager's own connection."""
+        store = self.manager.store
+        return store.snapshot(), store.where
+
     def start(self, manager: Any) -> None:
         """Run ``manager`` (joined already or not) and the worker."""
         self.manager = manager

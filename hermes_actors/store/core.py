@@ -11,79 +11,51 @@ alone when nothing else of it changed (a turn's start and end), else as a whole 
 serialised (concurrent first messages create one entry and one ``sessions`` row), changes
 to different keys are not, which leaves room for group commit in the backend.
 
-Degraded mode (§5): if the backend cannot be opened (except a database server that cannot
-be reached: :class:`~hermes_actors.errors.StoreUnreachableError` is raised to the host, as
-no files in one home can stand in for a shared database), or a read or write still fails after
-its retries (:class:`~hermes_actors.errors.StoreUnavailableError`), the store logs one
-warning and switches to the :class:`~hermes_actors.store.backends.files.backend.FilesBackend`:
-``sessions.json`` becomes canonical and is written after every change, transcripts go to
-``<session_id>.jsonl``. The failed write is re-applied there, so it is not lost. On the next
-start with a working database the degraded mirror wins over older rows and the JSONL
-transcripts are imported.
-
-Outage (a database server, ``Backend.local`` false): when it fails while running there is no
-local stand-in either. The failing call raises :class:`~hermes_actors.errors.
-StoreUnavailableError` (nothing is written anywhere else), and the first such failure is
-reported once to ``on_outage``: the gateway then refuses new messages, and its host replaces
-it once the server is back (the standalone process does: :mod:`hermes_actors.process.
-standalone`), whose start recovers from the database exactly as after a crash.
+Applying ops, and switching to degraded mode (a local database) or reporting an outage (a
+database server) when the backend fails, is the part :class:`~hermes_actors.store.failover.
+FailOver` (the base class); importing what degraded mode left at the next start is
+:mod:`~hermes_actors.store.degraded_import`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
-import threading
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hermes_actors._green import brief_lock, new_rlock, spawn
+from hermes_actors._green import brief_lock, new_rlock
 from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.errors import (
-    FencedError,
     StoreError,
     StoreUnavailableError,
     StoreUnreachableError,
 )
-from hermes_actors.model.entry import SessionEntry, validate_session_id
-from hermes_actors.model.events import MessageEvent
-from hermes_actors.model.ids import new_id
+from hermes_actors.model.entry import SessionEntry
 from hermes_actors.model.timeutil import SystemClock, epoch, isoformat, utc_now
 from hermes_actors.store.backends.files.backend import FilesBackend
-from hermes_actors.store.backends.files.journal import (
-    IMPORTED_JOURNAL,
-    JOURNAL_NAME,
-    DegradedJournal,
-    applied_count,
-    import_marker,
-)
-from hermes_actors.store.backends.files.jsonl import SUFFIX, JsonlTranscripts
+from hermes_actors.store.backends.files.jsonl import JsonlTranscripts
 from hermes_actors.store.backends.files.mirror import (
     MIRROR_NAME,
     MirrorWriter,
     mirror_chunks,
     read_mirror,
 )
+from hermes_actors.store.degraded_import import import_degraded_journal, import_jsonl_transcripts
 from hermes_actors.store.entrymap import EntryMap, NotFetched
 from hermes_actors.store.factory import open_backend
+from hermes_actors.store.failover import FailOver
 from hermes_actors.store.fencing import ShardFence
 from hermes_actors.store.loader import mirror_additions
 from hermes_actors.store.ops import (
-    AcceptEvent,
-    AppendMessage,
-    ConsumeEvents,
     CreateSession,
     DeleteConversations,
     DeleteRouting,
-    ListId,
-    NodeValue,
     Op,
     OutboxAppend,
     PutRouting,
@@ -91,15 +63,12 @@ from hermes_actors.store.ops import (
 )
 from hermes_actors.store.protocol import Backend, ShardReads
 from hermes_actors.store.routing import (
-    NO_FLAGS,
     RoutingRow,
     entry_text,
-    flags_from_data,
     flags_of,
     parse_row,
     same_text,
 )
-from hermes_actors.store.transcript import normalize_message
 
 __all__ = ["DEFAULT_MIRROR_INTERVAL", "StoreCore", "StoreStatistics", "SystemClock"]
 
@@ -129,7 +98,7 @@ class StoreStatistics(NamedTuple):
     entries_parsed: int = 0
 
 
-class StoreCore:
+class StoreCore(FailOver):
     """Backend choice, loading, commits, the mirror and degraded switching (module doc).
 
     ``sessions_dir`` holds ``sessions.json`` (and JSONL transcripts in degraded mode); its
@@ -162,14 +131,7 @@ class StoreCore:
             self.now = lambda: utc_now(clock)
         self._stripes = [new_rlock() for _ in range(_STRIPES)]
         self._map_lock = brief_lock()
-        self._switch_lock = threading.Lock()
-        #: Deferred writes that failed with the database, ``(ops, on_done)`` in submission
-        #: order: re-applied in degraded mode before any write submitted after them.
-        self._deferred: deque[tuple[list[Op], Callable[[], None]]] = deque()
-        self._fallback_lock = new_rlock()
-        #: The failure that began an outage of a database server (``None``: no outage).
-        self.outage: BaseException | None = None
-        self._on_outage = on_outage
+        super().__init__(on_outage)
         #: A cluster node's fence on its writes (``None``: not a cluster node, no fence).
         self.fence: ShardFence | None = None
         #: A cluster node's notice of a new inbox row (``session_key -> NotifyShard``),
@@ -264,177 +226,6 @@ class StoreCore:
         """Every routing row from the backend (for the mirror and bulk passes); raises
         ``StoreError`` when they cannot be read."""
         return self.backend.routing_rows()
-
-    def _complete_entries(self, failed: Backend | None) -> Mapping[str, tuple[str, Any]]:
-        """Before running without the database: every routing row, read from the failing
-        backend for keys not in memory yet if it still reads, else from ``sessions.json``."""
-        if self.entries.missing() and failed is not None:
-            with contextlib.suppress(StoreError):
-                self.entries.fill(failed.routing_rows())
-        if self.entries.missing():
-            mirror = read_mirror(self.sessions_dir / MIRROR_NAME, now=self.ts())
-            rows = []
-            for key, data in mirror.entries.items():
-                flags = flags_from_data(data) if isinstance(data, dict) else NO_FLAGS
-                try:
-                    entry = parse_row(key, data, flags)
-                except ValueError:
-                    continue
-                rows.append(RoutingRow(key, entry_text(entry), flags_of(entry)))
-            self.entries.fill(rows)
-        if self.entries.missing():
-            log.error("%d routing entries could not be read from the database or %s; those "
-                      "sessions start fresh at their next message", self.entries.missing(),
-                      MIRROR_NAME)
-        return self.entries.rows()
-
-    # -- degraded mode ----------------------------------------------------------------------
-
-    def _announce_degraded(self, exc: BaseException) -> None:
-        log.warning(
-            "the session database cannot be used (%s): running in DEGRADED mode. Routing is "
-            "kept in %s (written on every change), transcripts in <session_id>%s files; the "
-            "inbox, the delivery ledger and the outbox are journaled in %s. Fix the database "
-            "and restart to leave this mode.",
-            exc, self.sessions_dir / MIRROR_NAME, SUFFIX, self.home / JOURNAL_NAME,
-        )  # fmt: skip
-
-    def _report_outage(self, exc: BaseException) -> None:
-        """The database server failed: report it once (see the module doc)."""
-        with self._switch_lock:
-            if self.outage is not None:
-                return
-            self.outage = exc
-        log.warning("the session database cannot be used (%s): new messages are refused "
-                    "until it is back", exc)
-        if self._on_outage is not None:
-            self._on_outage(exc)
-
-    def _switch_to_degraded(self, exc: BaseException, failed: Backend) -> None:
-        """Fail over from ``failed`` to the files backend (a ``local`` one); for a database
-        server, report the outage and re-raise ``exc`` instead."""
-        if not failed.local:
-            self._report_outage(exc)
-            raise exc
-        with self._switch_lock:
-            if self.backend is not failed:
-                return
-            self._mirror.close(flush=False)  # the files backend writes sessions.json now
-            rows = None
-            if self._entries_loaded:  # hand over every row (else it reads sessions.json)
-                rows = [RoutingRow(key, text, flags) for key, (text, flags)
-                        in self._complete_entries(failed).items()]
-            self._failed.append(failed)
-            self.backend = FilesBackend(self.home, self.transcripts, previous=failed,
-                                        node_id=self.node_id, rows=rows,
-                                        since=isoformat(self.now()))
-            self._announce_degraded(exc)
-
-    def apply(self, ops: list[Op]) -> list[Any]:
-        """Apply ``ops`` as one transaction (failing over to degraded mode if need be); on a
-        cluster node, conditioned on the tenure of the shards they write for (``fence``)."""
-        backend = self.backend
-        fence = self.fence
-        if fence is None:
-            if backend.local:  # an id, so a replay after an unknown outcome applies once
-                ops = [ListId(new_id(), self.ts()), *ops]
-                try:
-                    return backend.apply(ops)[1:]
-                except StoreUnavailableError as exc:
-                    return self._fail_over(exc, backend, ops)[1:]
-            try:
-                return backend.apply(ops)
-            except StoreUnavailableError as exc:
-                return self._fail_over(exc, backend, ops)
-        guarded = fence.guard(ops)
-        try:
-            results = backend.apply(guarded)
-        except StoreUnavailableError as exc:
-            return self._fail_over(exc, backend, ops)
-        except FencedError as exc:
-            fence.refused(exc)
-            raise
-        return results[len(guarded) - len(ops):]
-
-    def read(self, question: Callable[[Backend], Any]) -> Any:
-        """Ask the backend ``question(backend)``, asking the files backend instead if the
-        database fails meanwhile."""
-        backend = self.backend
-        try:
-            return question(backend)
-        except StoreUnavailableError as exc:
-            self._switch_to_degraded(exc, backend)
-            return question(self.backend)
-
-    def _fail_over(self, exc: StoreUnavailableError, backend: Backend, ops: list[Op]
-                   ) -> list[Any]:
-        """Switch away from the failed ``backend`` and apply ``ops`` in degraded mode, after
-        the deferred writes that failed before them."""
-        with self._fallback_lock:
-            self._switch_to_degraded(exc, backend)
-            self._apply_deferred()
-            return self.backend.apply(ops)
-
-    def _apply_deferred(self, outage: StoreUnavailableError | None = None) -> None:
-        """Re-apply the failed deferred writes, oldest first (under ``_fallback_lock``); in an
-        ``outage`` of a database server there is no stand-in: they fail (logged)."""
-        while self._deferred:
-            ops, on_done = self._deferred.popleft()
-            try:
-                if outage is not None:
-                    raise outage
-                self.backend.apply(ops)
-            except StoreUnavailableError as exc:  # an outage (reported): no stand-in
-                log.error("a deferred write failed: %s", exc)
-            except Exception:  # noqa: BLE001 - logged; the caller is gone
-                log.exception("a deferred write failed in degraded mode too")
-            finally:
-                on_done()
-
-    def apply_later(self, ops: list[Op], on_done: Callable[[], None]) -> None:
-        """Apply ``ops`` without waiting (routing is never among them); ``on_done()`` once
-        they are durable or have failed (logged). A database that fails is switched away
-        from and the ops re-applied in degraded mode, off the caller and off the hub."""
-        backend = self.backend
-        fence = self.fence
-        if fence is not None:
-            try:
-                guarded = fence.guard(ops)
-            except FencedError as exc:
-                log.warning("a deferred write was not sent: %s", exc)
-                on_done()
-                return
-        elif backend.local:  # an id, so a replay after an unknown outcome applies once
-            guarded = ops = [ListId(new_id(), self.ts()), *ops]
-        else:
-            guarded = ops
-
-        def finished(ok: bool, value: Any) -> None:
-            if ok or not isinstance(value, StoreUnavailableError):
-                if not ok:
-                    if fence is not None and isinstance(value, FencedError):
-                        fence.refused(value)
-                    log.error("a deferred write failed: %s", value)
-                on_done()
-                return
-
-            self._deferred.append((ops, on_done))  # in the order the writer failed them
-
-            def fall_back() -> None:  # may block: not in the hub's callback
-                with self._fallback_lock:
-                    try:
-                        self._switch_to_degraded(value, backend)
-                    except StoreUnavailableError as exc:  # an outage (reported): no stand-in
-                        self._apply_deferred(exc)
-                    else:
-                        self._apply_deferred()
-
-            spawn(fall_back, "deferred-write")
-
-        try:
-            backend.apply_later(guarded, finished)
-        except StoreError as exc:  # closed meanwhile
-            finished(False, exc)
 
     # -- commits ----------------------------------------------------------------------------
 
@@ -576,8 +367,8 @@ class StoreCore:
             self.commit([self.create_op(e) for e in restored], put=restored, whole=True)
         if self.degraded:  # the restore failed over
             return
-        self._import_degraded_journal()
-        self._import_jsonl_transcripts()
+        self._finish_deletes(import_degraded_journal(self.backend, self.home, self.node_id))
+        import_jsonl_transcripts(self.backend, self.transcripts, self.ts)
         if mirror_wins:
             self._retire_degraded_mirror()
         elif self.config.write_sessions_json:
@@ -598,30 +389,6 @@ class StoreCore:
         except OSError as exc:
             log.warning("the imported degraded-mode %s could not be retired (%s): the next "
                         "start compares it with the database again", MIRROR_NAME, exc)
-
-    def _import_degraded_journal(self) -> None:
-        """Apply what degraded mode journaled (inbox, ledger, outbox and ``sessions``
-        changes), once (see :mod:`~hermes_actors.store.backends.files.journal`)."""
-        journal = DegradedJournal(self.home)
-        try:
-            name, ops = journal.read()
-            if name is None:
-                return
-            done = applied_count(self.backend.node_values(self.node_id).get(IMPORTED_JOURNAL),
-                                 name, len(ops))
-            if done < len(ops):  # (a degraded run after a crash may have appended more)
-                self._check_outbox_cursors(ops[done:])
-                # the marker first: a list at the end whose id the database has (ListId)
-                # is skipped, with nothing after it
-                self.backend.apply([NodeValue(
-                    self.node_id, IMPORTED_JOURNAL, import_marker(name, len(ops))),
-                    *self._onto_held_events(ops[done:])])
-            self._finish_deletes(ops[done:])
-            journal.retire()
-            log.warning("imported %d changes of degraded mode from %s", len(ops) - done,
-                        journal.path)
-        except (StoreError, OSError) as exc:
-            log.warning("cannot import %s: %s", journal.path, exc)
 
     def _finish_deletes(self, ops: list[Op]) -> None:
         """Conversations degraded mode deleted (``DeleteConversations``, now applied to the
@@ -646,67 +413,6 @@ class StoreCore:
                 except (OSError, ValueError) as exc:
                     log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
         self._mirror.mark_dirty()
-
-    def _check_outbox_cursors(self, ops: list[Op]) -> None:
-        """Say so loudly if degraded mode's outbox cursors are not all above the database's:
-        drawn above the clock, they are unless the clock was set back (or a copy of an old
-        database came back). They are imported unchanged all the same: never numbered
-        anew (a reader would read a reply twice); one a row here already has fails the
-        import, which is then retried at every start."""
-        cursors = [op.cursor for op in ops if type(op) is OutboxAppend and op.cursor is not None]
-        if not cursors:
-            return
-        head = self.backend.outbox_head()
-        if min(cursors) <= head:
-            log.error("degraded mode's outbox cursors (from %d) are not above the database's "
-                      "highest (%d): was the clock set back? Clients may miss those replies",
-                      min(cursors), head)
-
-    def _onto_held_events(self, ops: list[Op]) -> list[Op]:
-        """A message degraded mode accepted whose ingress key an unconsumed event of the
-        database holds (accepted before the failure, then retried by its client or
-        redelivered by its platform) is that event: its consumption in degraded mode (it
-        was answered) consumes the database's copy too, which is otherwise replayed and
-        answered a second time."""
-        keys = {op.ingress_key for op in ops if isinstance(op, AcceptEvent) and op.ingress_key}
-        if not keys:
-            return ops
-        holders = {}
-        for _, payload in self.backend.pending_inbox():
-            try:
-                event = MessageEvent.from_dict(payload)
-            except (KeyError, TypeError, ValueError):
-                continue
-            if event.ingress_key in keys:
-                holders[event.ingress_key] = event.event_id
-        same = {op.event_id: holders[op.ingress_key] for op in ops
-                if isinstance(op, AcceptEvent) and op.ingress_key in holders}
-        return [dataclasses.replace(op, event_ids=tuple(same.get(i, i) for i in op.event_ids))
-                if isinstance(op, ConsumeEvents) and same.keys() & set(op.event_ids) else op
-                for op in ops]
-
-    def _import_jsonl_transcripts(self) -> None:
-        """Move transcripts written in degraded mode into the database (idempotent)."""
-        for session_id in self.transcripts.session_ids():
-            try:
-                validate_session_id(session_id)
-                have = {
-                    (m["role"], m["content"], m["timestamp"])
-                    for m in self.backend.load_messages(session_id)
-                }
-                ops: list[Op] = []
-                for record in self.transcripts.records(session_id):
-                    msg = normalize_message(record, self.ts())
-                    if (msg["role"], msg["content"], msg["timestamp"]) not in have:
-                        ops.append(AppendMessage(session_id, msg, record.get("turn_token"),
-                                                 bool(record.get("is_reply"))))
-                if ops:
-                    self.backend.apply(ops)
-                path = self.transcripts.path(session_id)
-                os.replace(path, path.with_name(path.name + ".imported"))
-                log.warning("imported %d messages of %s from %s", len(ops), session_id, path)
-            except (StoreError, ValueError, OSError) as exc:
-                log.warning("cannot import transcript %s%s: %s", session_id, SUFFIX, exc)
 
     def statistics(self) -> StoreStatistics:
         """Counts and flags describing the store now (``mirror_*``: the coalesced mirror of

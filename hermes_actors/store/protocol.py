@@ -54,7 +54,7 @@ class Backend(Protocol):
     #: Whether the data lives in this gateway's home (SQLite, the files): when such a
     #: backend fails, the home's files stand in for it (degraded mode). A database server
     #: (``False``) has no local stand-in: its failures are an *outage* the gateway waits out
-    #: (the store reports it, see :class:`~hermes_actors.store.core.StoreCore`).
+    #: (the store reports it, see :class:`~hermes_actors.store.failover.FailOver`).
     local: bool
 
     # -- writes -----------------------------------------------------------------------------

@@ -38,8 +38,8 @@ CHATS = [str(n) for n in range(1, 19)]
 SLOW = "sleep 1.5"
 
 
-def _env(dsn: str) -> dict[str, str]:
-    return {
+def _env(dsn: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**(extra or {}),
         "HERMES_STORE_BACKEND": "postgres", "HERMES_STORE_DSN": dsn,
         "HERMES_CLUSTER_ENABLED": "true", "HERMES_CLUSTER_SHARDS": str(SHARDS),
         "HERMES_CLUSTER_LEASE_TTL": str(LEASE_TTL),
@@ -69,9 +69,12 @@ def _key(chat: str) -> str:
 class Cluster:
     """Nodes on one database, and the client's record of what they acknowledged."""
 
-    def __init__(self, dsn: str, tmp_path, count: int = 3) -> None:
+    def __init__(self, dsn: str, tmp_path, count: int = 3,
+                 env: dict[str, str] | None = None) -> None:
         self.dsn = dsn
         self._tmp = tmp_path
+        #: More settings of every node (``HERMES_*``).
+        self.env = dict(env or {})
         self.nodes: list[GatewayProcess] = []
         self.ids: list[str] = []
         #: The logs of node processes killed and started again (``restart``).
@@ -87,7 +90,7 @@ class Cluster:
 
     def add(self) -> int:
         """Start one more node; its index."""
-        node = GatewayProcess(self._tmp / f"node{len(self.nodes)}", env=_env(self.dsn))
+        node = GatewayProcess(self._tmp / f"node{len(self.nodes)}", env=_env(self.dsn, self.env))
         self.nodes.append(node)
         self.ids.append((node.home / "node_id").read_text().strip())
         return len(self.nodes) - 1
@@ -96,7 +99,7 @@ class Cluster:
         """Start node ``i`` again on its home (after a kill), serving traffic again."""
         self.nodes[i].kill()
         self.retired_logs.append(self.nodes[i].stderr.text())
-        self.nodes[i] = GatewayProcess(self.nodes[i].home, env=_env(self.dsn))
+        self.nodes[i] = GatewayProcess(self.nodes[i].home, env=_env(self.dsn, self.env))
         self.down.discard(i)
 
     def log_lines(self, needle: str) -> list[str]:

@@ -5,6 +5,7 @@ conversations driven by the gateway's fake clock."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -103,6 +104,30 @@ class TestDelete:
                      token=ADMIN)[0] == 404  # the routes are off
         assert _call(api, _path("agent:main:telegram:dm:nobody"), method="DELETE")[0] == 404
         assert _call(api, _path(h.key()), method="PUT")[0] == 405
+
+
+class TestWhileDeleting:
+    def test_a_message_arriving_meanwhile_goes_with_the_conversation(self, make_harness,
+                                                                      caplog):
+        h = make_harness()
+        h.hold("g")  # a "hold" turn ends only when its gate opens
+        agent = h.agents[-1]
+        deleted: list = []
+        deleting = threading.Thread(target=lambda: deleted.append(
+            h.gw.delete_session(h.key())))
+        deleting.start()
+        assert agent._interrupted.wait(10)  # the delete stopped the turn and waits for it
+        with caplog.at_level(logging.INFO, logger="hermes_actors.gateway"):
+            during = h.send("during")
+        assert "event=dropped_with_deleted_conversation" in caplog.text
+        h.gates.open_all()
+        deleting.join(10)
+        assert deleted and deleted[0]["inbox"] == 2  # the held turn's message and this one
+        h.send("after")
+        h.idle()
+        assert h.texts() == ["echo: after"]  # "during" was never answered
+        assert during not in [row["event_id"] for row in h.gw.store.db.rows("inbox")]
+        assert _messages(h, h.gw.store.get(h.key()).session_id) == ["after", "echo: after"]
 
 
 class TestRetention:

@@ -1,7 +1,8 @@
 """A fake Slack Web API on loopback, written for these tests, and signed Events API posts.
 
-It answers the two methods the adapter calls (``auth.test``, ``chat.postMessage``) as Slack
-does: ``POST <base>/<method>`` with the token in ``Authorization: Bearer``, ``{"ok": true,
+It answers the methods the adapter calls (``auth.test``, ``chat.postMessage``, and with the
+app-level token ``apps.connections.open``, whose URL is :attr:`FakeSlackApi.socket_url`, a
+fake Socket Mode server's) as Slack does: ``POST <base>/<method>`` with the token in ``Authorization: Bearer``, ``{"ok": true,
 ...}`` or ``{"ok": false, "error": ...}``; a rate limit is ``429`` with ``Retry-After``.
 Tests inject failures (:meth:`FakeSlackApi.fail`) and wait for what the gateway did
 (:meth:`FakeSlackApi.wait_for`) on a condition notified at every request: nothing sleeps.
@@ -24,6 +25,7 @@ from slack_sdk.signature import SignatureVerifier
 #: The bot token and signing secret the fake (and the signed posts) use.
 TOKEN = "xoxb-1111-2222-TEST-secret-slack-token"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+APP_TOKEN = "xapp-1-A0APP-1234-0123456789abcdef-secret-app-token"
 BOT_USER = "U0BOT"
 TEAM = "T0TEAM"
 
@@ -48,6 +50,9 @@ class FakeSlackApi:
         #: (method, status, error, retry_after, times left)
         self.failures: list[list[Any]] = []
         self.next_ts = 1
+        #: The app-level token and what ``apps.connections.open`` hands out.
+        self.app_token = APP_TOKEN
+        self.socket_url: str | None = None
         self.server = serve(self._handle)
         self.url = f"http://127.0.0.1:{self.server.server_port}/api/"
 
@@ -111,6 +116,10 @@ class FakeSlackApi:
 
     def _answer(self, method: str, params: dict, request_headers: Any,
                 headers: dict[str, str]) -> tuple[int, dict]:
+        if method == "apps.connections.open":
+            if request_headers.get("Authorization") != f"Bearer {self.app_token}":
+                return 200, {"ok": False, "error": "invalid_auth"}
+            return 200, {"ok": True, "url": self.socket_url or "ws://127.0.0.1:9/none"}
         if request_headers.get("Authorization") != f"Bearer {self.token}":
             return 200, {"ok": False, "error": "invalid_auth"}
         for failure in self.failures:

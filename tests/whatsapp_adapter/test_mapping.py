@@ -103,6 +103,13 @@ class TestEvents:
         events, skipped = webhook_events(body, phone_number_id=PHONE_NUMBER_ID)
         assert [e.text for e in events] == ["one", "two"] and skipped == 1
 
+    def test_the_business_numbers_own_message_is_not_a_message(self):
+        own = {"from": "15550100", "id": "wamid.OWN", "type": "text", "text": {"body": "me"}}
+        other = {**own, "from": "60123456789", "id": "wamid.OTHER"}
+        events, skipped = webhook_events(webhook({"messages": [own, other]}),
+                                         phone_number_id=PHONE_NUMBER_ID)
+        assert [e.source.message_id for e in events] == ["wamid.OTHER"] and skipped == 1
+
     @pytest.mark.parametrize("body", [[], "x", {"entry": "x"}])
     def test_not_a_webhook(self, body):
         with pytest.raises(ValueError):

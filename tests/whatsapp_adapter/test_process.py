@@ -89,14 +89,16 @@ class TestWebhook:
         message = text_message("60123456789", "hello", wamid="wamid.HELLO", name="Siti")
         assert post_webhook(gateway.port, message)[0] == 200
         assert post_webhook(gateway.port, message)[0] == 200
-        # statuses are not messages
+        # statuses are not messages, nor is the business number's own message
         assert post_webhook(gateway.port, statuses("60123456789"))[0] == 200
+        assert post_webhook(gateway.port, text_message("15550100", "my own"))[0] == 200
         [sent] = graph_api.wait_sent(1, "60123456789")
         assert sent.body["text"]["body"] == "echo: hello"
         assert (sent.body["messaging_product"], sent.body["type"]) == ("whatsapp", "text")
         assert post_webhook(gateway.port, text_message("60123456789", "marker"))[0] == 200
         graph_api.wait_sent(2, "60123456789")
         assert graph_api.texts("60123456789") == ["echo: hello", "echo: marker"]
+        assert graph_api.sends("15550100") == []
         # the session is keyed by the canonical sender; the forged message left nothing
         status, _, listing = gateway.request("GET", "/v1/sessions", token="http-bearer-token")
         assert status == 200

@@ -25,6 +25,10 @@ bot's user id, whose messages are ignored; ``start_events(submit)`` after
 ``Gateway.start()`` (until then events are ``503``: Slack retries); ``stop_events()`` when
 the process stops accepting; ``close()`` at the end. The token and the signing secret
 appear in no log line and no error.
+
+The Web API part (``connect``, ``send``, the masking) is :class:`SlackApp`, and what is done
+with one ``event_callback`` is :func:`take_event`: Socket Mode
+(:mod:`~hermes_actors.adapters.slack.socket`) shares both.
 """
 
 from __future__ import annotations
@@ -41,20 +45,21 @@ from hermes_actors.errors import ConfigError, HermesActorsError, StoreError, Sto
 from hermes_actors.model.events import MessageEvent
 from hermes_actors.model.source import SessionSource
 
-__all__ = ["EVENTS_PATH", "SlackAdapter", "SlackError", "check_secrets"]
+__all__ = ["EVENTS_PATH", "TOKEN_REJECTED", "SlackAdapter", "SlackApp", "SlackError",
+           "bot_token", "check_secrets", "read_secret", "take_event"]
 
 #: Where Slack posts events (the Request URL of the app's Event Subscriptions).
 EVENTS_PATH = "/slack/events"
 #: Slack's Web API.
 DEFAULT_API_URL = "https://slack.com/api/"
 #: ``auth.test`` errors that mean the token itself is refused.
-_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked",
-                       "token_expired", "not_allowed_token_type"})
+TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive",
+                            "token_revoked", "token_expired", "not_allowed_token_type"})
 #: ``chat.postMessage`` errors no retry can fix: the row is abandoned at once.
 _PERMANENT = frozenset({"channel_not_found", "not_in_channel", "is_archived",
                         "no_permission", "restricted_action", "team_access_not_granted",
                         "ekm_access_denied", "missing_scope", "cannot_reply_to_message",
-                        *_REJECTED})
+                        *TOKEN_REJECTED})
 _MASK = "<secret>"
 
 log = logging.getLogger("hermes_actors.slack")
@@ -74,40 +79,50 @@ class SlackError(HermesActorsError):
         self.retry_after = retry_after
 
 
+def read_secret(env: Mapping[str, str], variable: str, setting: str, what: str) -> str:
+    """The value of ``variable``, or a :class:`ConfigError` naming the variable (and the
+    ``setting`` naming it) when it is missing or malformed (never its value)."""
+    value = (env.get(variable) or "").strip()
+    if not value:
+        raise ConfigError(f"platforms lists slack, but the environment variable {variable} "
+                          f"(the {setting} setting) is not set: put {what} there")
+    if any(c.isspace() for c in value):
+        raise ConfigError(f"the value of {variable} is malformed (it contains whitespace)")
+    return value
+
+
+def bot_token(env: Mapping[str, str], settings: SlackConfig) -> str:
+    """The bot token (``xox...``) from the environment, or a :class:`ConfigError`."""
+    token = read_secret(env, settings.bot_token_env, "slack.bot_token_env",
+                        "the app's Bot User OAuth Token (xoxb-...)")
+    if not token.startswith("xox"):
+        raise ConfigError(f"the Slack bot token in {settings.bot_token_env} is malformed "
+                          "(expected xoxb-..., the app's Bot User OAuth Token)")
+    return token
+
+
 def check_secrets(env: Mapping[str, str], settings: SlackConfig) -> tuple[str, str]:
     """The bot token and the signing secret from the environment, or a
     :class:`ConfigError` naming the variable that is missing (never its value)."""
-    found = []
-    for variable, setting, what in (
-            (settings.bot_token_env, "slack.bot_token_env",
-             "the app's Bot User OAuth Token (xoxb-...)"),
-            (settings.signing_secret_env, "slack.signing_secret_env",
-             "the app's Signing Secret (Basic Information)")):
-        value = (env.get(variable) or "").strip()
-        if not value:
-            raise ConfigError(f"platforms lists slack, but the environment variable "
-                              f"{variable} (the {setting} setting) is not set: put {what} "
-                              "there")
-        if any(c.isspace() for c in value):
-            raise ConfigError(f"the value of {variable} is malformed (it contains "
-                              "whitespace)")
-        found.append(value)
-    if not found[0].startswith("xox"):
-        raise ConfigError(f"the Slack bot token in {settings.bot_token_env} is malformed "
-                          "(expected xoxb-..., the app's Bot User OAuth Token)")
-    return found[0], found[1]
+    read_secret(env, settings.bot_token_env, "slack.bot_token_env",
+                "the app's Bot User OAuth Token (xoxb-...)")  # (a missing one named first)
+    secret = read_secret(env, settings.signing_secret_env, "slack.signing_secret_env",
+                         "the app's Signing Secret (Basic Information)")
+    return bot_token(env, settings), secret
 
 
 _SDK_LOGGERS = ("slack_sdk", "slack_sdk.web.base_client", "slack_sdk.web.slack_response",
                 "slack_sdk.signature")
 
 
-class SlackAdapter:
-    """The ``slack`` platform of one Slack app (one workspace's bot token)."""
+class SlackApp:
+    """What both ways in share: the bot's Web API (``auth.test``, ``chat.postMessage``),
+    the secrets masked in errors and slack_sdk's log lines. The gateway sees a subclass:
+    :class:`SlackAdapter` (the Events API) or
+    :class:`~hermes_actors.adapters.slack.socket.SlackSocketAdapter` (Socket Mode)."""
 
-    def __init__(self, settings: SlackConfig, token: str, signing_secret: str, *,
-                 client: Any = None, clock: Any = None) -> None:
-        from slack_sdk.signature import Clock, SignatureVerifier
+    def __init__(self, settings: SlackConfig, token: str, *secrets: str,
+                 client: Any = None) -> None:
         from slack_sdk.web import WebClient
 
         #: Always ``slack``.
@@ -117,12 +132,11 @@ class SlackAdapter:
         #: The bot's user id (``auth.test``), whose messages are ignored.
         self.bot_user_id: str | None = None
         self._settings = settings
-        base_url = settings.api_base_url or DEFAULT_API_URL
-        self._client = client or WebClient(token=token, base_url=base_url.rstrip("/") + "/")
-        self._verifier = SignatureVerifier(signing_secret, clock or Clock())
-        self._submit: Callable[[MessageEvent], Any] | None = None
+        #: The Web API root, with its trailing slash.
+        self.base_url = (settings.api_base_url or DEFAULT_API_URL).rstrip("/") + "/"
+        self._client = client or WebClient(token=token, base_url=self.base_url)
         #: The secrets masked in its errors and in slack_sdk's log lines.
-        self._secrets = tuple(s for s in (token, signing_secret) if len(s) >= 8)
+        self._secrets = tuple(s for s in (token, *secrets) if len(s) >= 8)
         self._mask = MaskingFilter(self._masked)
         for name in _SDK_LOGGERS:
             logging.getLogger(name).addFilter(self._mask)
@@ -135,7 +149,7 @@ class SlackAdapter:
         try:
             answer = self._call("auth.test", self._client.auth_test)
         except SlackError as exc:
-            if exc.error in _REJECTED or exc.status in (401, 403):
+            if exc.error in TOKEN_REJECTED or exc.status in (401, 403):
                 raise ConfigError(
                     f"Slack rejected the bot token in {self._settings.bot_token_env} "
                     f"({exc.error or exc.status}): check the app's Bot User OAuth Token"
@@ -147,89 +161,11 @@ class SlackAdapter:
                  self.bot_user_id, answer.get("team_id"))
         return self.bot_user_id or ""
 
-    def routes(self) -> dict[str, dict[str, Callable[[Any], tuple[int, Any]]]]:
-        """The HTTP routes this adapter serves (``POST`` only, not behind the bearer token):
-        path -> method -> handler of a :class:`~hermes_actors.adapters.http.WebhookRequest`."""
-        return {EVENTS_PATH: {"POST": lambda request: self.handle_events(request.headers,
-                                                                         request.body)}}
-
-    def start_events(self, submit: Callable[[MessageEvent], Any]) -> None:
-        """Hand events to ``submit`` (``Gateway.submit``) from now on."""
-        self._submit = submit
-        log.info("event=slack_events path=%s", EVENTS_PATH)
-
-    def stop_events(self) -> None:
-        """Answer events ``503`` from now on (Slack sends them again later)."""
-        self._submit = None
-
     def close(self) -> None:
-        """Stop taking events and sending."""
-        self.stop_events()
+        """Stop sending; no more masking of slack_sdk's log lines."""
         self.connected = False
         for name in _SDK_LOGGERS:
             logging.getLogger(name).removeFilter(self._mask)
-
-    # -- ingress ----------------------------------------------------------------------------
-
-    def handle_events(self, headers: Mapping[str, str], body: bytes) -> tuple[int, Any]:
-        """Answer one ``POST /slack/events``: ``(status, JSON body)``. ``headers`` are
-        lower-cased names."""
-        timestamp = headers.get("x-slack-request-timestamp") or ""
-        signature = headers.get("x-slack-signature") or ""
-        if not self._valid_signature(body, timestamp, signature):
-            log.warning("event=slack_rejected reason=bad_or_stale_signature")
-            return 401, {"error": "invalid or stale Slack signature"}
-        try:
-            payload = json.loads(body)
-            if not isinstance(payload, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            return 400, {"error": "the body is not a JSON object"}
-        kind = payload.get("type")
-        if kind == "url_verification":
-            return 200, {"challenge": payload.get("challenge")}
-        if kind != "event_callback":
-            log.info("event=slack_skipped type=%s", str(kind)[:40])
-            return 200, {"ok": True}
-        event_id = str(payload.get("event_id") or "")[:64]
-        retry = headers.get("x-slack-retry-num")
-        if retry:
-            log.info("event=slack_retry event_id=%s retry_num=%s reason=%s", event_id,
-                     retry[:8], (headers.get("x-slack-retry-reason") or "")[:40])
-        try:
-            event = message_event(payload, bot_user_id=self.bot_user_id)
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
-            log.warning("event=slack_skipped event_id=%s error=%s", event_id,
-                        type(exc).__name__)
-            return 200, {"ok": True}
-        if event is None:
-            log.debug("event=slack_skipped event_id=%s", event_id)
-            return 200, {"ok": True}
-        submit = self._submit
-        if submit is None:
-            return 503, {"error": "the gateway is not taking Slack events now"}
-        try:
-            accepted = submit(event)
-        except StoreRejectedError as exc:  # every retry would be refused the same way
-            log.error("event=slack_rejected event_id=%s error=%s", event_id, exc)
-            return 200, {"ok": True}
-        except StoreError as exc:  # not durable: Slack sends it again
-            log.warning("event=slack_not_stored event_id=%s error=%s", event_id, exc)
-            return 503, {"error": "the session store cannot take the event now"}
-        except HermesActorsError:  # the gateway is stopping
-            return 503, {"error": "the gateway is not taking messages now"}
-        duplicate = accepted != event.event_id
-        if duplicate:
-            log.info("event=slack_duplicate event_id=%s", event_id)
-        return 200, {"ok": True, "duplicate": duplicate}
-
-    def _valid_signature(self, body: bytes, timestamp: str, signature: str) -> bool:
-        if not timestamp or not signature:
-            return False
-        try:
-            return bool(self._verifier.is_valid(body, timestamp, signature))
-        except (ValueError, TypeError):  # a timestamp that is no number
-            return False
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -284,3 +220,118 @@ class SlackAdapter:
         for secret in self._secrets:
             text = text.replace(secret, _MASK)
         return text
+
+
+class SlackAdapter(SlackApp):
+    """The ``slack`` platform of one Slack app (one workspace's bot token), its events
+    posted by Slack to :data:`EVENTS_PATH`."""
+
+    def __init__(self, settings: SlackConfig, token: str, signing_secret: str, *,
+                 client: Any = None, clock: Any = None) -> None:
+        from slack_sdk.signature import Clock, SignatureVerifier
+
+        super().__init__(settings, token, signing_secret, client=client)
+        self._verifier = SignatureVerifier(signing_secret, clock or Clock())
+        self._submit: Callable[[MessageEvent], Any] | None = None
+
+    def routes(self) -> dict[str, dict[str, Callable[[Any], tuple[int, Any]]]]:
+        """The HTTP routes this adapter serves (``POST`` only, not behind the bearer token):
+        path -> method -> handler of a :class:`~hermes_actors.adapters.http.WebhookRequest`."""
+        return {EVENTS_PATH: {"POST": lambda request: self.handle_events(request.headers,
+                                                                         request.body)}}
+
+    def start_events(self, submit: Callable[[MessageEvent], Any]) -> None:
+        """Hand events to ``submit`` (``Gateway.submit``) from now on."""
+        self._submit = submit
+        log.info("event=slack_events path=%s", EVENTS_PATH)
+
+    def stop_events(self) -> None:
+        """Answer events ``503`` from now on (Slack sends them again later)."""
+        self._submit = None
+
+    def close(self) -> None:
+        """Stop taking events and sending."""
+        self.stop_events()
+        super().close()
+
+    # -- ingress ----------------------------------------------------------------------------
+
+    def handle_events(self, headers: Mapping[str, str], body: bytes) -> tuple[int, Any]:
+        """Answer one ``POST /slack/events``: ``(status, JSON body)``. ``headers`` are
+        lower-cased names."""
+        timestamp = headers.get("x-slack-request-timestamp") or ""
+        signature = headers.get("x-slack-signature") or ""
+        if not self._valid_signature(body, timestamp, signature):
+            log.warning("event=slack_rejected reason=bad_or_stale_signature")
+            return 401, {"error": "invalid or stale Slack signature"}
+        try:
+            payload = json.loads(body)
+            if not isinstance(payload, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            return 400, {"error": "the body is not a JSON object"}
+        kind = payload.get("type")
+        if kind == "url_verification":
+            return 200, {"challenge": payload.get("challenge")}
+        if kind != "event_callback":
+            log.info("event=slack_skipped type=%s", str(kind)[:40])
+            return 200, {"ok": True}
+        event_id = str(payload.get("event_id") or "")[:64]
+        retry = headers.get("x-slack-retry-num")
+        if retry:
+            log.info("event=slack_retry event_id=%s retry_num=%s reason=%s", event_id,
+                     retry[:8], (headers.get("x-slack-retry-reason") or "")[:40])
+        outcome = take_event(payload, self._submit, self.bot_user_id)
+        if outcome in _NOT_TAKEN:
+            return 503, {"error": _NOT_TAKEN[outcome]}
+        if outcome == "skipped" or outcome == "rejected":
+            return 200, {"ok": True}
+        return 200, {"ok": True, "duplicate": outcome == "duplicate"}
+
+    def _valid_signature(self, body: bytes, timestamp: str, signature: str) -> bool:
+        if not timestamp or not signature:
+            return False
+        try:
+            return bool(self._verifier.is_valid(body, timestamp, signature))
+        except (ValueError, TypeError):  # a timestamp that is no number
+            return False
+
+
+#: What :func:`take_event` answers when the event is not durable (Slack sends it again).
+_NOT_TAKEN = {"unavailable": "the session store cannot take the event now",
+              "stopping": "the gateway is not taking messages now"}
+
+
+def take_event(payload: dict[str, Any], submit: Callable[[MessageEvent], Any] | None,
+               bot_user_id: str | None) -> str:
+    """Hand one ``event_callback`` (posted, or carried by a Socket Mode envelope) to
+    ``submit`` (``Gateway.submit``, ``None`` while the gateway does not take events).
+    Returns what came of it: ``stored`` (durable now), ``duplicate`` (the inbox had it:
+    Slack's retry), ``skipped`` (nothing the agent answers), ``rejected`` (the store
+    refuses what it carries: every retry would be refused the same way) — acknowledge
+    these — or ``unavailable`` / ``stopping`` (not durable: leave it for Slack's retry)."""
+    event_id = str(payload.get("event_id") or "")[:64]
+    try:
+        event = message_event(payload, bot_user_id=bot_user_id)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        log.warning("event=slack_skipped event_id=%s error=%s", event_id, type(exc).__name__)
+        return "skipped"
+    if event is None:
+        log.debug("event=slack_skipped event_id=%s", event_id)
+        return "skipped"
+    if submit is None:
+        return "stopping"
+    try:
+        accepted = submit(event)
+    except StoreRejectedError as exc:
+        log.error("event=slack_rejected event_id=%s error=%s", event_id, exc)
+        return "rejected"
+    except StoreError as exc:
+        log.warning("event=slack_not_stored event_id=%s error=%s", event_id, exc)
+        return "unavailable"
+    except HermesActorsError:  # the gateway is stopping
+        return "stopping"
+    if accepted != event.event_id:
+        log.info("event=slack_duplicate event_id=%s", event_id)
+        return "duplicate"
+    return "stored"

@@ -5,7 +5,9 @@ long reply as messages WhatsApp accepts.
 Kept apart from the I/O so every rule is tested on plain data (the JSON Meta posts):
 
 * every ``entry[].changes[].value.messages[]`` is one message; ``statuses[]`` (sent,
-  delivered, read receipts of the replies) are not messages for the agent;
+  delivered, read receipts of the replies) are not messages for the agent, nor is a
+  message from the business number itself (``metadata.display_phone_number``: its own
+  message echoed back, which the gateway never answers);
 * the sender (``from``) goes through :func:`canonical_whatsapp_identifier` (with the
   config's ``lid_aliases``): it is both the DM's ``chat_id`` and the ``user_id``; its name is
   the matching ``contacts[].profile.name``; the wamid (``id``) is the ``message_id``, so a
@@ -92,6 +94,8 @@ def webhook_events(payload: Any, *, aliases: Mapping[Any, Any] | None = None,
             if not isinstance(metadata, Mapping):
                 metadata = {}
             to_number = str(metadata.get("phone_number_id") or "") or None
+            own = metadata.get("display_phone_number")
+            own = canonical_whatsapp_identifier(own) if isinstance(own, str) and own else None
             names = _contact_names(value.get("contacts"), aliases)
             for message in _dicts(value.get("messages")):
                 if phone_number_id and to_number and to_number != phone_number_id:
@@ -99,7 +103,7 @@ def webhook_events(payload: Any, *, aliases: Mapping[Any, Any] | None = None,
                     continue
                 event = message_event(message, names=names, aliases=aliases,
                                       phone_number_id=to_number)
-                if event is None:
+                if event is None or (own is not None and event.source.user_id == own):
                     skipped += 1
                 else:
                     events.append(event)
