@@ -337,9 +337,10 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
         except SessionExistsError:
             if turn.reset:
                 # /new (or /reset) interrupted this turn, then created the session: the
-                # message it dropped must not start a turn in the new session.
+                # message it dropped must not start a turn in the new session; its answer
+                # names the message.
                 store.consume_events(list(ids), "dropped")
-                return TurnOutcome("skipped")
+                return TurnOutcome("skipped", unanswered=ids)
             # Created meanwhile by another caller: the turn starts on that entry.
             entry = _usable(store, event.source, store.get(key))
     # Asked before the turn is marked, answered while that commits: one wait for both.
@@ -355,9 +356,10 @@ def _start(services: Services, key: str, turn: RunningTurn, event: MessageEvent,
             return _start(services, key, turn, event, None, user_message)
         if not isinstance(exc, SessionRotatedError):
             raise
-        # /new or /reset won the race: the turn it interrupted never starts.
+        # /new or /reset won the race: the turn it interrupted never starts (its answer
+        # names the message).
         store.consume_events(list(ids), "dropped")
-        return TurnOutcome("skipped", entry.session_id)
+        return TurnOutcome("skipped", entry.session_id, ids)
     return entry, token, checkout
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -383,6 +384,10 @@ class TestFirstMessage:
         first = submit(gw, "hello before new")
         assert entered.wait(10)
         new = submit(gw, "/new")  # interrupts the starting turn, then creates the session
+        deadline = time.monotonic() + 10  # the actor has taken /new before the turn goes on
+        while not gw.session_statistics(KEY).interrupting:
+            assert time.monotonic() < deadline, "/new did not interrupt the starting turn"
+            time.sleep(0.005)
         go.set()
         assert gw.wait_idle(10)
         entry = gw.store.get(KEY)
