@@ -5,8 +5,9 @@ cannot (another process, a database, a socket), it asks again every ``interval``
 until ``timeout`` passes: this helper, so that the polls of the suite all read the same
 and all fail the same way, with one line naming what was awaited.
 
-Under gevent with the standard library patched, ``time.sleep`` yields to the hub; a
-greenlet that must yield without a patched ``time`` passes ``sleep=gevent.sleep``.
+Under gevent with the standard library patched, ``time.sleep`` yields to the hub (it is
+looked up at each call); without a patched ``time`` a greenlet passes
+``sleep=gevent.sleep``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ T = TypeVar("T")
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
                message: str = "the condition", *,
-               sleep: Callable[[float], object] = time.sleep) -> T:
+               sleep: Callable[[float], object] | None = None) -> T:
     """Call ``predicate`` until it returns something truthy, and return that value.
 
     It is asked at once, then every ``interval`` seconds; once ``timeout`` seconds have
     passed without a truthy answer it is asked a last time, then an ``AssertionError``
     says ``<message> did not hold within <timeout>s``. An exception raised by
-    ``predicate`` is not caught."""
+    ``predicate`` is not caught. ``sleep`` defaults to ``time.sleep`` as it is at the call
+    (patched by gevent or not)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -39,4 +41,4 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
             if value:
                 return value
             raise AssertionError(f"{message} did not hold within {timeout:g}s")
-        sleep(interval)
+        (time.sleep if sleep is None else sleep)(interval)
