@@ -614,7 +614,7 @@ class TestNoticeAfterTheShardWent:
             gw.submit(MessageEvent(source=source, text="/help"))
             assert adapter.entered.wait(30)  # the first answer is being sent
             gw.submit(MessageEvent(source=source, text="/help"))
-            notices = gw._live_services.notices
+            notices = gw.services.notices
             wait_until(lambda: notices.sending(lambda key: True) == 2, 30, 0.05,
                        "the second queued")
             gw.cluster.manager.halt()  # the shard goes

@@ -359,7 +359,7 @@ class TestShardRecovery:
             from hermes_actors.runtime.supervisor import SupervisorActor
 
             supervisor = SupervisorActor.start(gw.store, gw.config, gw.clock,
-                                               gw._services.delivery).proxy()
+                                               gw.services.delivery).proxy()
             try:
                 report, _ = supervisor.recover_shard(lambda key: key == keys[0]).get()
             finally:
@@ -389,13 +389,13 @@ class TestSettleDeliveries:
             mine, others = (lambda k: k == key), (lambda k: k != key)
             gw.submit(event)
             assert adapter.entered.wait(30)
-            assert gw._live_services.notices.sending(mine) == 1
+            assert gw.services.notices.sending(mine) == 1
             assert not sessions.settle_deliveries(mine, lapsed)
             assert sessions.settle_deliveries(others, lapsed)
             adapter.release.set()
             assert gw.wait_idle(30)
             assert sessions.settle_deliveries(mine, lapsed)
-            assert gw._live_services.notices.sending(mine) == 0
+            assert gw.services.notices.sending(mine) == 0
             # a reply this boot claimed (in a rate-limit wait, say) holds the handover too;
             # a pending row is the new owner's to send
             oid = gw.store.ledger_record(session_key=key, platform="telegram", chat_id="1",

@@ -174,7 +174,7 @@ class TestShutdown:
                 super().close()
 
         gw, _ = start(outlives_the_wait, ClosesLate)
-        registry = gw._live_services.delegations
+        registry = gw.services.delegations
         gw.submit(MessageEvent(source=SRC, text="go"))
         assert started.wait(10)
         gw.stop(drain_timeout=5)
