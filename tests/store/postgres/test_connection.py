@@ -95,7 +95,7 @@ class TestPool:
                        "every connection taken")
             third = threading.Thread(target=lambda: results.append(pg.sql("SELECT 1")))
             third.start()
-            wait_until(lambda: pg._pool.get_stats().get("requests_waiting", 0) == 1, 30, 0.005,
+            wait_until(lambda: pg.statistics().pool_waiting == 1, 30, 0.005,
                        "a read waiting for a connection")
             assert results == []  # every connection is taken: the third read waits
             holder.execute("SELECT pg_advisory_unlock(4242)")
