@@ -130,7 +130,8 @@ def _run_scenario(name: str, args: argparse.Namespace, repeat: int,
         print(f"[{label}] starting", file=sys.stderr, flush=True)
         result = _run_child(name, label, args.quick, timeout, args.workdir, env)
         if "error" in result:
-            error = result["error"]
+            # a lost server is said in one line (the next -pg scenarios are not run)
+            error = (server.gone() if spec.postgres else None) or result["error"]
             print(f"[{label}] FAILED: {error}", file=sys.stderr, flush=True)
             break
         print(f"[{label}] done in {result.get('seconds', 0):.1f} s", file=sys.stderr, flush=True)
@@ -170,6 +171,14 @@ class _Server:
         self.info["pid"] = self.handle.pid
         self.env = {pgserver.ADMIN_DSN_ENV: self.handle.admin_dsn}
         print(f"postgres: {pgserver.server_line(self.info)}", flush=True)
+
+    def gone(self) -> str | None:
+        """One line saying the server is gone (then every later -pg scenario fails with
+        it), else ``None``."""
+        if self.handle is None or self.error is not None:
+            return self.error
+        self.error = self.handle.gone()
+        return self.error
 
     def stop(self) -> None:
         handle, self.handle = self.handle, None

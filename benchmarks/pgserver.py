@@ -42,7 +42,9 @@ _SETTINGS = ("synchronous_commit", "fsync", "wal_sync_method", "shared_buffers",
 
 def start_server(dsn: str | None, workdir: str | None) -> Any:
     """The run's server (a ``TestServer``): ``dsn``, else ``HERMES_TEST_POSTGRES_DSN``,
-    else a new embedded one under ``workdir`` (``stop()`` stops and removes it)."""
+    else a new embedded one on a port of its own, under ``workdir`` unless the server's
+    own user could not reach it there (then in the system's temporary directory:
+    ``hermes_actors.testing.postgres.server_parent``); ``stop()`` stops and removes it."""
     from hermes_actors.testing.postgres import TEST_DSN_ENV, start_test_server
 
     env = dict(os.environ)

@@ -137,22 +137,70 @@ def make_harness(tmp_path, harness_store):
 # -- PostgreSQL: one throw-away server per session, a fresh database per test ------------------
 
 
+class _RunServer:
+    """The session's server, and the line saying it is gone once a test found it gone."""
+
+    server = None
+    gone: str | None = None
+
+    @classmethod
+    def check(cls) -> str | None:
+        """The one line saying the run's server is gone (remembered), else ``None``."""
+        if cls.gone is None and cls.server is not None:
+            cls.gone = cls.server.gone()
+        return cls.gone
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A real PostgreSQL server (``HERMES_TEST_POSTGRES_DSN``, else an embedded one started
-    for this session and stopped at its end)."""
+    for this session, on its own port and data directory, and stopped at its end)."""
     from hermes_actors.testing.postgres import start_test_server
 
     server = start_test_server()
+    _RunServer.server, _RunServer.gone = server, None
     yield server
+    _RunServer.server = None
     server.stop()
 
 
 @pytest.fixture
 def postgres_dsn(postgres_server) -> str:
-    """The DSN of a fresh, empty database, dropped after the test."""
-    with postgres_server.database() as dsn:
-        yield dsn
+    """The DSN of a fresh, empty database, dropped after the test. Once the run's server
+    is gone, every test that needs it fails with the one line saying so."""
+    import psycopg
+
+    gone = _RunServer.gone
+    if gone is None:
+        try:
+            name = postgres_server.create_database()
+        except psycopg.Error:
+            gone = _RunServer.check()
+            if gone is None:
+                raise
+    if gone is not None:
+        pytest.fail(gone, pytrace=False)
+    yield postgres_server.dsn_for(name)
+    try:
+        postgres_server.drop_database(name)
+    except psycopg.Error:
+        if _RunServer.check() is None:
+            raise
+        # gone: the test (or the next one) says so in its one line
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that failed because the run's PostgreSQL server is gone says so in one line
+    (not the traceback of whichever connection noticed first)."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.failed and call.excinfo is not None and _RunServer.server is not None
+            and "postgres_server" in getattr(item, "fixturenames", ())
+            and not call.excinfo.errisinstance(pytest.fail.Exception)):
+        gone = _RunServer.check()
+        if gone is not None:
+            report.longrepr = gone
 
 
 @pytest.fixture

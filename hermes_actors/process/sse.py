@@ -63,6 +63,8 @@ class StreamReader:
         self.last_id: int | None = None
         #: Connections made so far (1 + reconnections).
         self.connections = 0
+        #: Reconnection attempts that failed so far (no gateway answered, or refused).
+        self.failed_reconnections = 0
 
     def open(self, timeout: float | None = None) -> StreamReader:
         """Connect and read the opening event, within ``timeout`` seconds (default: the
@@ -139,6 +141,7 @@ class StreamReader:
                     response = self._connect()
                     break
                 except (OSError, http.client.HTTPException, StreamRefused):
+                    self.failed_reconnections += 1
                     continue
 
     def _read_event(self, response: http.client.HTTPResponse) -> bool:

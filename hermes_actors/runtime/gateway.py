@@ -199,6 +199,17 @@ class Gateway:
         return self._services
 
     @property
+    def services(self) -> Services:
+        """The started gateway's shared services (agent cache, delivery, delegations,
+        notices), for tests and hosts that look inside; raises before :meth:`start`."""
+        return self._live_services
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once :meth:`stop` has begun (a test waits on it to act during a stop)."""
+        return self._stopping
+
+    @property
     def store(self) -> SessionStore:
         """The session store (available once started)."""
         if self._store is None:

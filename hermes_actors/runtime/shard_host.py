@@ -92,6 +92,8 @@ class ShardStatistics(NamedTuple):
     woken: int = 0
     #: Shards handed over whose wind-down waits for their deliveries in flight now.
     settling: int = 0
+    #: Shards gained and not recovered yet (the worker's next pass recovers them).
+    due: int = 0
 
 
 class ShardHost(ShardListener):
@@ -198,9 +200,11 @@ class ShardHost(ShardListener):
 
     def statistics(self) -> ShardStatistics:
         """A snapshot record."""
+        with self._due_lock:
+            due = len(self._due)
         return ShardStatistics(len(self._serving), self._gained, self._lost,
                                self._handovers, self._dispatch_count, self._woken,
-                               self._settling)
+                               self._settling, due)
 
     # -- the listener (on the manager's greenlet: hand on, never block) -------------------
 
@@ -262,7 +266,7 @@ class ShardHost(ShardListener):
                 if self._closed.is_set():
                     break
                 try:
-                    self._recover_due()
+                    self.recover_due()
                     self.catch_up()
                 except StoreUnavailableError as exc:  # an outage: the gateway is replaced
                     log.warning("event=cluster_pass_failed error=%s", exc)
@@ -271,7 +275,9 @@ class ShardHost(ShardListener):
         finally:
             self._worker_done.set()
 
-    def _recover_due(self) -> None:
+    def recover_due(self) -> None:
+        """Recover the shards gained and still held, now (the worker's pass runs it before
+        :meth:`catch_up`; tests run it to take a pass at a moment of their choosing)."""
         with self._due_lock:
             due, self._due = self._due, {}
         due = self._owned_now(due)

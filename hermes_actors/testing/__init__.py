@@ -6,6 +6,7 @@ from hermes_actors.runtime.crash import crashpoint
 from hermes_actors.testing.clock import FakeClock
 from hermes_actors.testing.memory import FakeMemoryProbe
 from hermes_actors.testing.rows import db_rows, node_values
+from hermes_actors.testing.wait import wait_until
 
 __all__ = [
     "FakeClock",
@@ -17,4 +18,5 @@ __all__ = [
     "crashpoint",
     "db_rows",
     "node_values",
+    "wait_until",
 ]

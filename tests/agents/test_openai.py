@@ -21,6 +21,7 @@ from hermes_actors.agents.openai import (
     chat_completions_url,
     parse_completion,
 )
+from hermes_actors.testing import wait_until
 
 from .conftest import make_request
 from .fake_chat import completion
@@ -220,7 +221,7 @@ class TestInterrupt:
                 before = _connecting_to(port)
                 agent = OpenAIAgent(f"http://127.0.0.1:{port}/v1", "m", timeout=60)
                 future = worker.submit(agent.run_turn, make_request())
-                _wait_for(lambda: _connecting_to(port) > before)
+                wait_until(lambda: _connecting_to(port) > before, message="the connection attempt")
                 t0 = time.monotonic()
                 agent.interrupt("/stop")
                 assert future.result(timeout=10) == TurnResult(None, "interrupted")
@@ -268,13 +269,6 @@ def _connecting_to(port: int) -> int:
     return sum(1 for conn in psutil.Process().net_connections("tcp")
                if conn.raddr and conn.raddr.port == port
                and conn.status == psutil.CONN_SYN_SENT)
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 class TestUrlRule:

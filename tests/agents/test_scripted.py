@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from hermes_actors.agents.base import TurnResult
-from hermes_actors.testing import ScriptedAgent
+from hermes_actors.testing import ScriptedAgent, wait_until
 
 from .conftest import make_request
-
-
-def _wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.mark.parametrize("seconds", ["inf", "1e10", "1e400"])
@@ -37,7 +27,7 @@ def test_a_sleep_longer_than_any_timer_lasts_until_interrupted(seconds):
 
     worker = threading.Thread(target=turn)
     worker.start()
-    assert _wait_until(lambda: agent.log or errors)  # the turn began (and is sleeping)
+    wait_until(lambda: agent.log or errors, message="the turn's start")  # now it sleeps
     agent.interrupt("/stop")
     worker.join(10)
     assert errors == []

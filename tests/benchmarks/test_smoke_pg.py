@@ -95,3 +95,29 @@ class TestQuickPostgresRun:
         if info["pid"] is not None:
             assert not psutil.pid_exists(info["pid"]) or \
                 psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+class TestLostServer:
+    """A run whose server is gone says so in one line, and runs no more -pg scenario."""
+
+    def test_the_failure_names_the_lost_server(self, tmp_path, monkeypatch):
+        from benchmarks import __main__ as harness
+        from hermes_actors.testing.postgres import TestServer
+
+        ran: list[str] = []
+
+        def child(name, *args):
+            ran.append(name)
+            return {"error": "server closed the connection unexpectedly"}
+
+        monkeypatch.setattr(harness, "_run_child", child)
+        server = harness._Server()
+        server.handle = TestServer(f"host={tmp_path} port=1 dbname=hermes user=hermes")
+        args = harness._parse(["--quick", *PG_SCENARIOS[:2]])
+        first, second = (harness._run_scenario(name, args, 1, server)
+                         for name in PG_SCENARIOS[:2])
+        line = first["error"]
+        assert line.startswith(f"the run's PostgreSQL server (host {tmp_path}, port 1) is "
+                               "gone: ") and "\n" not in line, line
+        assert second["error"] == line and not second["ok"]
+        assert ran == PG_SCENARIOS[:1]  # the second was not started against no server

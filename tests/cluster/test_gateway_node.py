@@ -9,6 +9,7 @@ import pytest
 from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
 from hermes_actors.errors import FencedError, StoreUnavailableError
 from hermes_actors.store.ops import AcceptEvent, FenceShard, SetRoutingFlags
+from hermes_actors.testing import wait_until
 
 from .conftest import SlowFirstAnswer
 
@@ -363,7 +364,8 @@ class TestStuckLoopAcrossNodes:
                     break
                 assert counts.get(key, 0) == n  # the interruptions on the other nodes
                 gw.submit(MessageEvent(source=message.source, text=f"sleep 6{n}"))
-                _wait_until(lambda gw=gw, key=key: _marked(gw, key), "the turn running")
+                wait_until(lambda gw=gw, key=key: _marked(gw, key), 30, 0.05,
+                           "the turn running")
                 gw.cluster.manager.halt()  # a crash: nothing more written, leases expire
                 previous = gw
             assert gw.store.get(key).suspended, gw.store.get(key)
@@ -392,7 +394,7 @@ class TestStuckLoopAcrossNodes:
             assert first.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
             key = first.store.session_key_for(source)
             first.submit(MessageEvent(source=source, text="sleep 60"))
-            _wait_until(lambda: _marked(first, key), "the turn running")
+            wait_until(lambda: _marked(first, key), 30, 0.05, "the turn running")
             first.cluster.manager.halt()
             second = Gateway(tmp_path / "b", config, adapters=[adapter])
             second.start()
@@ -412,15 +414,6 @@ def _marked(gw: Gateway, key: str) -> bool:
     rows = gw.store.backend.sql("SELECT active_turn_token FROM routing WHERE session_key = %s",
                                 (key,))
     return bool(rows and rows[0][0])
-
-
-def _wait_until(check, what: str, timeout: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 class TestHandoverDeliveries:
@@ -529,8 +522,8 @@ class TestTenureRegained:
             assert adapter.texts("5") == ["resumed: slow"]
             finish.set()  # the old tenure's turn ends now, with its partial answer
             fence = gw.store.fence
-            _wait_until(lambda: fence.statistics().refused_locally >= 1
-                        or len(adapter.texts("5")) > 1, "the old turn's end")
+            wait_until(lambda: fence.statistics().refused_locally >= 1
+                        or len(adapter.texts("5")) > 1, 30, 0.05, "the old turn's end")
             assert adapter.texts("5") == ["resumed: slow"]
         finally:
             finish.set()
@@ -590,8 +583,8 @@ class TestLateOutcome:
             assert [t for (t,) in b.store.backend.sql(sql)] == [
                 RECOVERED_PREFIX + "echo: hello"]
             held.release.set()  # the paused node goes on: its send is refused
-            _wait_until(lambda: a.store.fence.statistics().refused_locally >= 1,
-                        "the paused node's send refused")
+            wait_until(lambda: a.store.fence.statistics().refused_locally >= 1,
+                       30, 0.05, "the paused node's send refused")
             assert a.wait_idle(30)  # (its outcome recorded)
             b.housekeeping_tick()  # a ledger sweep of the new owner
             assert [t for (t,) in b.store.backend.sql(sql)] == [
@@ -621,12 +614,14 @@ class TestNoticeAfterTheShardWent:
             gw.submit(MessageEvent(source=source, text="/help"))
             assert adapter.entered.wait(30)  # the first answer is being sent
             gw.submit(MessageEvent(source=source, text="/help"))
-            notices = gw._live_services.notices
-            _wait_until(lambda: notices.sending(lambda key: True) == 2, "the second queued")
+            notices = gw.services.notices
+            wait_until(lambda: notices.sending(lambda key: True) == 2, 30, 0.05,
+                       "the second queued")
             gw.cluster.manager.halt()  # the shard goes
             caplog.set_level(logging.WARNING, logger="hermes_actors.delivery")
             adapter.release.set()
-            _wait_until(lambda: notices.sending(lambda key: True) == 0, "the notices done")
+            wait_until(lambda: notices.sending(lambda key: True) == 0, 30, 0.05,
+                       "the notices done")
             assert gw.store.fence.statistics().refused_locally >= 1
             failed = [r for r in caplog.records if "notice" in r.getMessage()]
             assert failed and all(r.exc_info is None and r.levelno == logging.WARNING

@@ -15,6 +15,7 @@ from hermes_actors import Gateway, load_config
 from hermes_actors.adapters.http_metrics import GatewayMetrics
 from hermes_actors.adapters.telegram import TelegramAdapter
 from hermes_actors.config import TelegramConfig
+from hermes_actors.testing import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -59,19 +60,9 @@ def _pollers(pairs) -> list[Gateway]:
             and LEASE in gw.pull_adapters.statistics().held]
 
 
-def _wait(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not met in {timeout}s"
-        time.sleep(0.02)
-
-
 def _one_poller(pairs) -> Gateway:
-    [holder] = _wait(lambda: (lambda p: p if len(p) == 1 else None)(_pollers(pairs)),
-                     what="exactly one poller")
+    [holder] = wait_until(lambda: (lambda p: p if len(p) == 1 else None)(_pollers(pairs)),
+                          30, 0.02, "exactly one poller")
     return holder
 
 
@@ -156,7 +147,8 @@ class TestOnePoller:
                      offset_from=bot_api.next_update + 1)
         texts = [f"e{n}" for n in range(5)]
         _send(bot_api, texts)
-        _wait(lambda: polled.poller.submitted == len(texts), what="the holder submitted all")
+        wait_until(lambda: polled.poller.submitted == len(texts), 30, 0.02,
+                   "the holder submitted all")
         bot_api.wait_for(lambda: bot_api.failures[0].times < 100)  # its ack poll failed
         holder.stop(drain_timeout=5)
         with bot_api.cond:
@@ -164,8 +156,8 @@ class TestOnePoller:
         assert _one_poller(pairs) is other
         taker = next(a for gw, a in pairs if gw is other)
         # The new holder fetched them again; the inbox knew every one (its ingress key).
-        _wait(lambda: taker.poller is not None and taker.poller.submitted >= len(texts),
-              what="the new holder fetched the unacknowledged updates again")
+        wait_until(lambda: taker.poller is not None and taker.poller.submitted >= len(texts),
+                   30, 0.02, "the new holder's fetch of the unacknowledged updates")
         assert other.ingress.statistics().refused["duplicate"] >= len(texts)
         _wait_answered(bot_api, texts)
         counts = _replies(bot_api)

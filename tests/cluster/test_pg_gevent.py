@@ -31,6 +31,7 @@ DRIVER = textwrap.dedent("""
     from hermes_actors.cluster.events import ShardListener
     from hermes_actors.cluster.membership import LeaseManager
     from hermes_actors.store.backends.postgres.leases import PgLeases
+    from hermes_actors.testing import wait_until
 
     dsn = sys.argv[1]
     full, where = Event(), []
@@ -50,8 +51,8 @@ DRIVER = textwrap.dedent("""
     WAITING = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                " AND pid <> pg_backend_pid()")
     with psycopg.connect(dsn, autocommit=True) as watch:
-        while not watch.execute(WAITING).fetchone()[0]:
-            gevent.sleep(0.01)
+        wait_until(lambda: watch.execute(WAITING).fetchone()[0], 30,
+                   message="the round's wait for the lock")
     seen = ["saw the round wait" if not full.is_set() else "too late"]
     locker.rollback()
     assert full.wait(30), "the round did not finish"

@@ -12,6 +12,7 @@ from telegram_adapter.fake_bot_api import TOKEN, FakeBotApi, private
 from hermes_actors.adapters.telegram import TelegramAdapter
 from hermes_actors.config import TelegramConfig
 from hermes_actors.runtime.pull_adapters import PullAdapters, pull_adapters
+from hermes_actors.testing import wait_until
 
 LEASE = "telegram:" + TOKEN.partition(":")[0]
 
@@ -42,13 +43,6 @@ def setup():
     api.close()
 
 
-def _wait(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.01)
-
-
 class TestPullAdapters:
     def test_only_adapters_that_pull_get_a_lease(self, setup):
         _, adapter, pulls, _, _ = setup
@@ -59,7 +53,7 @@ class TestPullAdapters:
         deadlines.until[(LEASE, 1)] = time.monotonic() + 60
         pulls.gained(LEASE, 1)
         api.message(private(), "one")
-        _wait(lambda: submitted == ["one"])
+        wait_until(lambda: submitted == ["one"], message="the first update")
         pulls.lost(LEASE, 1, "released")
         assert adapter.poller is not None and adapter.poller.finished.is_set()  # stopped
         polls = len(api.of("getUpdates"))
@@ -68,7 +62,7 @@ class TestPullAdapters:
         assert pulls.statistics().held == {}
         deadlines.until[(LEASE, 2)] = time.monotonic() + 60
         pulls.gained(LEASE, 2)
-        _wait(lambda: submitted == ["one", "two"])
+        wait_until(lambda: submitted == ["one", "two"], message="the second update")
         assert pulls.statistics().held == {LEASE: 2}
         assert (pulls.statistics().gained, pulls.statistics().lost) == (2, 1)
         pulls.lost(LEASE, 2, "halted")
@@ -80,8 +74,8 @@ class TestPullAdapters:
         pulls.gained(LEASE, 1)
         api.wait_for(lambda: api.polling == 1)
         # the poller ends its loop there, and the watchdog ends the tenure
-        _wait(lambda: adapter.poller.finished.is_set() and not pulls.statistics().held,
-              timeout=10)
+        wait_until(lambda: adapter.poller.finished.is_set() and not pulls.statistics().held,
+                   message="the end of the poller and of its tenure")
         # it ended by the deadline: its last poll was shortened to end before it (a poll
         # on a thread cannot be cut; under gevent the watchdog cuts it at the deadline)
         assert time.monotonic() <= stop_by + 0.5
@@ -96,12 +90,12 @@ class TestPullAdapters:
         deadlines.until[(LEASE, 1)] = time.monotonic() + 2.0
         pulls.gained(LEASE, 1)
         first = adapter.poller
-        _wait(lambda: first.finished.is_set())  # stopped by the deadline
+        wait_until(first.finished.is_set, message="the poller's end")  # by the deadline
         # The round's renewal, sent before the deadline, is answered now: the lease is
         # held again, under the same epoch, until a later deadline.
         deadlines.until[(LEASE, 1)] = time.monotonic() + 60
         api.message(private(), "after the late renewal")
-        _wait(lambda: submitted == ["after the late renewal"])
+        wait_until(lambda: submitted == ["after the late renewal"], message="the update")
         assert adapter.poller is not first and pulls.statistics().held == {LEASE: 1}
         pulls.lost(LEASE, 1, "released")
         assert adapter.poller.finished.is_set()

@@ -103,7 +103,7 @@ def host():
 def _gain(made, manager, shard: int, epoch: int = 1) -> None:
     manager.held[shard] = epoch
     made.gained(shard, epoch)
-    made._recover_due()
+    made.recover_due()
 
 
 class TestDispatch:
@@ -188,7 +188,7 @@ class TestLosing:
         made.gained(1, 1)
         del manager.held[1]
         made.lost(1, 1, "fenced")
-        made._recover_due()
+        made.recover_due()
         assert made.statistics().serving == 0 and gw.recovered == []
 
 
@@ -267,9 +267,9 @@ class TestRecoveryRetried:
         manager.held[0] = 1
         made.gained(0, 1)
         with pytest.raises(RuntimeError):
-            made._recover_due()
+            made.recover_due()
         assert made.statistics().serving == 0
-        made._recover_due()
+        made.recover_due()
         assert made.statistics().serving == 1 and len(calls) == 2
 
 
@@ -315,10 +315,10 @@ class TestLapsedDeadline:
         store.delay = 3.0  # granted at t=3 (server expiry 13), local deadline 10
         assert manager.tick().gained == (0, 1, 2, 3)
         clock.advance(2.0)
-        store.delay, store.meanwhile = 6.0, made._recover_due  # the pass runs at t=11
+        store.delay, store.meanwhile = 6.0, made.recover_due  # the pass runs at t=11
         tick = manager.tick()  # renewed at t=11, before the server's expiry
         assert tick.renewed == 4 and tick.lost == () and gw.recovered == []
-        made._recover_due()  # the next pass
+        made.recover_due()  # the next pass
         assert made.statistics().serving == 4 and gw.dispatched == [(key, "hello")]
 
     def test_lost_after_the_deadline_is_not_due_again(self):
@@ -327,11 +327,11 @@ class TestLapsedDeadline:
         store, manager = self._node(made, clock)
         manager.tick()
         clock.advance(10.0)
-        made._recover_due()  # not owned now, still held: due again
+        made.recover_due()  # not owned now, still held: due again
         store.fail = True  # cut off from the database: the next round expires them
         assert manager.tick().lost == (0, 1, 2, 3)
-        assert made._due == {}
-        made._recover_due()
+        assert made.statistics().due == 0
+        made.recover_due()
         assert gw.recovered == [] and made.statistics().serving == 0
 
 
@@ -359,7 +359,7 @@ class TestShardRecovery:
             from hermes_actors.runtime.supervisor import SupervisorActor
 
             supervisor = SupervisorActor.start(gw.store, gw.config, gw.clock,
-                                               gw._services.delivery).proxy()
+                                               gw.services.delivery).proxy()
             try:
                 report, _ = supervisor.recover_shard(lambda key: key == keys[0]).get()
             finally:
@@ -389,13 +389,13 @@ class TestSettleDeliveries:
             mine, others = (lambda k: k == key), (lambda k: k != key)
             gw.submit(event)
             assert adapter.entered.wait(30)
-            assert gw._live_services.notices.sending(mine) == 1
+            assert gw.services.notices.sending(mine) == 1
             assert not sessions.settle_deliveries(mine, lapsed)
             assert sessions.settle_deliveries(others, lapsed)
             adapter.release.set()
             assert gw.wait_idle(30)
             assert sessions.settle_deliveries(mine, lapsed)
-            assert gw._live_services.notices.sending(mine) == 0
+            assert gw.services.notices.sending(mine) == 0
             # a reply this boot claimed (in a rate-limit wait, say) holds the handover too;
             # a pending row is the new owner's to send
             oid = gw.store.ledger_record(session_key=key, platform="telegram", chat_id="1",
@@ -492,9 +492,9 @@ class TestHandoverOfAnEndedTenure:
         made.lost(1, 1, "fenced")  # a write of it was refused: dropped
         manager.held[1] = 2
         made.gained(1, 2)  # ... and taken again at once
-        made._recover_due()
+        made.recover_due()
         drained.set()
         assert done.wait(10)
-        made._recover_due()
+        made.recover_due()
         assert order == ["old tenure stopped", "new tenure recovered"]
         assert made.serves(a) and made.tenure(1) == 2

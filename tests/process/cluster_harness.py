@@ -25,6 +25,7 @@ from hermes_actors.testing.reconcile import (
     reconcile,
     suspension_evidence,
 )
+from hermes_actors.testing.wait import wait_until
 
 from .conftest import GatewayProcess
 
@@ -56,10 +57,7 @@ def _sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
 
 def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Wait until ``check()`` holds (a question to the database, asked every 50 ms)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
+    wait_until(check, timeout, 0.05, what)
 
 
 def _key(chat: str) -> str:

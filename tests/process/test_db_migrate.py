@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 
 import psycopg
@@ -25,6 +24,7 @@ import pytest
 import yaml
 
 from hermes_actors.runtime.delivery import RECOVERED_PREFIX
+from hermes_actors.testing import wait_until
 
 from .conftest import GatewayProcess, run_cli
 
@@ -37,13 +37,11 @@ CRASH = "HERMES_ACTORS_CRASHPOINT"
 def wait_for_marker(gateway: GatewayProcess, chat: str, timeout: float = 30.0) -> None:
     """Until the turn of ``chat`` is durably marked (the entry the gateway serves is
     published only after its commit)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def marked() -> bool:
         status, body = gateway.session(KEY.format(chat))
-        if status == 200 and body["entry"].get("active_turn_token"):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the turn of {chat!r} was not marked within {timeout}s")
+        return status == 200 and bool(body["entry"].get("active_turn_token"))
+
+    wait_until(marked, timeout, 0.02, f"the mark of the turn of {chat!r}")
 
 
 def crash_with(gateway: GatewayProcess, chat: str, text: str) -> None:

@@ -13,13 +13,12 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.parse
 
 import pytest
 
 from hermes_actors import Gateway, HermesActorsError, HomeInUseError, load_config
-from hermes_actors.testing import node_values
+from hermes_actors.testing import node_values, wait_until
 
 from .conftest import clean_env, run_cli
 
@@ -50,13 +49,13 @@ def _embedded(home) -> subprocess.Popen:
 
 def _wait_running(gateway, key: str, timeout: float = 30.0) -> dict:
     """The session's entry once its turn runs (polled over HTTP, bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def entry() -> dict | None:
         status, body = gateway.session(key)
         if status == 200 and body["running"] and body["entry"].get("active_turn_token"):
             return body["entry"]
-        time.sleep(0.05)
-    raise AssertionError(f"the turn of {key} did not start within {timeout}s")
+        return None
+
+    return wait_until(entry, timeout, 0.05, f"the start of the turn of {key}")
 
 
 class TestEmbeddedAgainstRun:

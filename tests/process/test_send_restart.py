@@ -6,9 +6,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from hermes_actors.testing import wait_until
 
 from .conftest import GatewayProcess, Stream, clean_env
 
@@ -48,13 +49,11 @@ class Sender:
 
 def _running(gateway: GatewayProcess) -> None:
     """Until the session's turn runs."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def running() -> bool:
         status, body = gateway.session(KEY)
-        if status == 200 and body.get("running"):
-            return
-        time.sleep(0.05)
-    raise AssertionError("the turn did not start within 30s")
+        return status == 200 and bool(body.get("running"))
+
+    wait_until(running, 30, 0.05, "the start of the turn")
 
 
 @pytest.fixture

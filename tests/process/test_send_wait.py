@@ -26,7 +26,9 @@ from hermes_actors.process.client import (
     send,
     succeeded,
 )
+from hermes_actors.process.sse import StreamReader
 from hermes_actors.runtime.session_core import INTERRUPT_ACK, QUEUED_ACK
+from hermes_actors.testing import wait_until
 
 #: ``on_post(gateway, body, attempt)`` → ``(status, answer)``; status 0 hangs up unanswered.
 OnPost = Callable[["FakeGateway", dict[str, Any], int], tuple[int, dict[str, Any]]]
@@ -159,17 +161,18 @@ class Waiting:
     """``send`` with ``wait`` in a thread; ``out`` and ``note`` collect what it printed."""
 
     def __init__(self, url: str, text: str = "hi", timeout: float = 20.0) -> None:
+        self.client = CountingClient(url)
         self.out: list[str] = []
         self.note: list[str] = []
         self.result: SendResult | None = None
         self.error: BaseException | None = None
         options = SendOptions(text, wait=True, timeout=timeout)
-        self._thread = threading.Thread(target=self._run, args=(url, options), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(options,), daemon=True)
         self._thread.start()
 
-    def _run(self, url: str, options: SendOptions) -> None:
+    def _run(self, options: SendOptions) -> None:
         try:
-            self.result = send(GatewayClient(url), options, self.out.append, self.note.append)
+            self.result = send(self.client, options, self.out.append, self.note.append)
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             self.error = exc
 
@@ -182,11 +185,19 @@ class Waiting:
         return self.result
 
 
-def _until(condition: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
+class CountingClient(GatewayClient):
+    """A client that keeps the streams it opened and counts its attempts to open one."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.stream_attempts = 0
+        self.readers: list[StreamReader] = []
+
+    def stream(self, *args: Any, **kwargs: Any) -> StreamReader:
+        self.stream_attempts += 1
+        reader = super().stream(*args, **kwargs)
+        self.readers.append(reader)
+        return reader
 
 
 class TestReconnect:
@@ -201,13 +212,14 @@ class TestReconnect:
         gateway.append("an old reply", in_reply_to=("e0",), final=True)  # before the wait
         gateway.start()
         waiting = Waiting(gateway.url)
-        _until(lambda: waiting.note)  # the acknowledgement was read: cursor 2
+        wait_until(lambda: waiting.note, message="the acknowledgement")  # read: cursor 2
         gateway.stop()
         # written while the client is away: it must see them on its return, in order
         gateway.append("a late reply to another message", in_reply_to=("e0",), final=True)
         gateway.append("still working", kind="ack", final=False)
         gateway.append("the answer", final=True)
-        time.sleep(0.3)
+        reader = waiting.client.readers[0]
+        wait_until(lambda: reader.failed_reconnections >= 2, message="two refused reconnections")
         gateway.start()
         result = waiting.join()
         assert result.ok and result.answer is not None
@@ -225,7 +237,8 @@ class TestReconnect:
 
         gateway = fake(on_post)
         waiting = Waiting(gateway.url)
-        time.sleep(0.4)  # refused meanwhile: tried again
+        wait_until(lambda: waiting.client.stream_attempts >= 2,
+                   message="a second attempt")  # refused meanwhile: tried again
         gateway.start()
         result = waiting.join()
         assert result.ok and waiting.out == ["echo: hi"]

@@ -153,11 +153,7 @@ class TestNewAtTheStop:
         assert entered.wait(10)
         stopper = threading.Thread(target=lambda: h.gw.stop(drain_timeout=5))
         stopper.start()
-        pause = threading.Event()
-        for _ in range(1000):  # the stop has begun (it drains now)
-            if h.gw.stats()["state"] != "running":
-                break
-            pause.wait(0.01)
+        assert h.gw.stopping.wait(10)  # the stop has begun (it drains now)
         go.set()
         stopper.join(30)
         assert h.texts() == ["echo: hi", NEW_SESSION]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -125,15 +124,23 @@ class TestShutdown:
         for gw in gateways:
             gw.stop(drain_timeout=5)
 
-    def test_slow_to_stop_delegation_reports_after_restart(self, restartable):
+    def test_slow_to_stop_delegation_reports_after_restart(self, restartable, monkeypatch):
         start, seen = restartable
-        started = threading.Event()
+        started, stop_waits = threading.Event(), threading.Event()
+        wait_finished = DelegationRegistry.wait_finished
+
+        def seen_waiting(registry, timeout):
+            stop_waits.set()
+            return wait_finished(registry, timeout)
+
+        monkeypatch.setattr(DelegationRegistry, "wait_finished", seen_waiting)
 
         def slow_to_stop(cancel, progress):
             progress("half")
             started.set()
             cancel.wait()
-            time.sleep(0.5)  # its cleanup takes a while after the stop
+            # its cleanup outlasts the stop's cancel: it ends while the stop waits for it
+            assert stop_waits.wait(10)
             progress("cleaned up")
 
         gw, _ = start(slow_to_stop)
@@ -167,7 +174,7 @@ class TestShutdown:
                 super().close()
 
         gw, _ = start(outlives_the_wait, ClosesLate)
-        registry = gw._live_services.delegations
+        registry = gw.services.delegations
         gw.submit(MessageEvent(source=SRC, text="go"))
         assert started.wait(10)
         gw.stop(drain_timeout=5)

@@ -63,7 +63,7 @@ class TestSubmitRacingStop:
         assert entered.wait(10)
         stopper = threading.Thread(target=gw.stop, kwargs={"drain_timeout": 5})
         stopper.start()
-        assert gw._stopping.wait(10)
+        assert gw.stopping.wait(10)
         go.set()
         sender.join(10)
         stopper.join(30)
@@ -564,7 +564,7 @@ class TestSecondStop:
         assert gates.wait_until_waiting("g")
         first = threading.Thread(target=gw.stop, kwargs={"drain_timeout": 30})
         first.start()
-        assert gw._stopping.wait(10)
+        assert gw.stopping.wait(10)
         # the held turn ends a little later (were it earlier, the test would just pass)
         opener = threading.Timer(0.5, gates.open, args=("g",))
         opener.start()
@@ -608,7 +608,7 @@ gw.submit(MessageEvent(source=SessionSource("telegram", chat_id="42", user_id="7
 assert gates.wait_until_waiting("g")
 
 def host():  # the signal comes while with's exit (the main thread) drains
-    assert gw._stopping.wait(10)
+    assert gw.stopping.wait(10)
     os.kill(os.getpid(), signal.SIGUSR1)
     assert handled.wait(20)
     gates.open("g")

@@ -79,7 +79,7 @@ class TestFailure:
         # agent (made for this turn, never cached) is closed by the turn
         h = make_harness()
         h.hold("g")
-        h.gw._services.cache.actor_ref.stop(block=True)
+        h.gw.services.cache.actor_ref.stop(block=True)
         h.gates.open("g")
         h.idle()
         assert h.texts() == ["held g"]

@@ -7,18 +7,7 @@ import threading
 
 from hermes_actors.config.sections import HousekeepingConfig
 from hermes_actors.runtime.housekeeping import HousekeepingSchedule, Watcher
-from hermes_actors.testing import FakeClock
-
-
-def _until(condition, timeout: float = 5.0) -> bool:
-    """Whether ``condition()`` came true within ``timeout`` (checked every 10 ms): the
-    watcher reschedules on its own thread right after the tick returns."""
-    pause = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return True
-        pause.wait(0.01)
-    return condition()
+from hermes_actors.testing import FakeClock, wait_until
 
 
 def test_a_tick_that_runs_no_pass_is_not_repeated_at_once():
@@ -37,7 +26,8 @@ def test_a_tick_that_runs_no_pass_is_not_repeated_at_once():
     watcher.start()
     try:
         assert first.wait(5)
-        assert _until(lambda: schedule.next_pass > due)
+        # the watcher reschedules on its own thread right after the tick returns
+        wait_until(lambda: schedule.next_pass > due, 5, message="the rescheduled pass")
         assert schedule.next_pass == due + 3600
         assert len(ticks) == 1
     finally:
@@ -58,7 +48,8 @@ def test_a_failed_tick_is_rescheduled_too():
     watcher.start()
     try:
         assert failed.wait(5)
-        assert _until(lambda: schedule.next_pass > clock.monotonic())
+        wait_until(lambda: schedule.next_pass > clock.monotonic(), 5,
+                   message="the rescheduled pass")
         assert schedule.next_pass == clock.monotonic() + 60
     finally:
         watcher.stop()

@@ -15,7 +15,7 @@ import pytest
 from hermes_actors import MessageEvent, SessionSource
 from hermes_actors.runtime.session_actor import QUEUE_FULL
 from hermes_actors.runtime.session_core import Inbound, SessionCore
-from hermes_actors.testing import db_rows
+from hermes_actors.testing import db_rows, wait_until
 
 
 @pytest.fixture
@@ -177,11 +177,7 @@ class TestAdmit:
         late = h.gw.admit(_event("b", message_id="b"))
         assert reached.is_set() and late.refused is None and not late.duplicate
         release.set()
-        for _ in range(200):
-            if QUEUE_FULL.format(1) in h.texts():
-                break
-            threading.Event().wait(0.05)
-        assert QUEUE_FULL.format(1) in h.texts()
+        wait_until(lambda: QUEUE_FULL.format(1) in h.texts(), 10, 0.05, "the queue-full notice")
         notice = next(m for m in h.adapter.sent if m.text == QUEUE_FULL.format(1))
         assert late.event_id in notice.in_reply_to and notice.final
         row = next(r for r in db_rows(h.gw.home, "inbox", config=h.gw.config)

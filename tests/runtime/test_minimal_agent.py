@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pytest
 
 from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
 from hermes_actors.agents.base import TurnResult, check_agent_factory
 from hermes_actors.errors import ConfigError, HermesActorsError
-from hermes_actors.testing import FakeClock, FakeMemoryProbe
+from hermes_actors.testing import FakeClock, FakeMemoryProbe, wait_until
 
 
 class OnlyRunTurn:
@@ -26,9 +25,7 @@ class OnlyRunTurn:
     def run_turn(self, request):
         if request.message == "wait":
             OnlyRunTurn.started.set()
-            deadline = time.monotonic() + 10
-            while not request.interrupted() and time.monotonic() < deadline:
-                time.sleep(0.005)
+            wait_until(request.interrupted, 10, 0.005, "the interrupt")
             return TurnResult(None, "interrupted")
         return TurnResult(f"ok: {request.message}")
 

@@ -267,6 +267,7 @@ monkey.patch_all()
 import gevent
 from gevent.event import Event
 from hermes_actors._green import _GreenletPool
+from hermes_actors.testing import wait_until
 
 pool = _GreenletPool(max_idle=2)
 seen, done = [], Event()
@@ -298,7 +299,9 @@ for ev in blockers:
 gevent.sleep(0)
 for ev in blockers:
     ev.set()
-gevent.sleep(0.01)
+wait_until(lambda: len(pool._idle) == 2,
+           message="the workers' return to the pool")
+gevent.sleep(0)  # one more turn of the hub: a late worker would have parked by now
 assert len(pool._idle) == 2, "at most max_idle workers stay parked"
 import contextvars
 var = contextvars.ContextVar("var", default="unset")

@@ -57,7 +57,7 @@ class TestCheckpointer:
                 assert checkpointer.run_once() is None
             levels = [r.levelno for r in caplog.records if "background checkpoint" in r.message]
             assert levels == [logging.WARNING, logging.DEBUG]
-            assert checkpointer._thread.is_alive()
+            assert checkpointer.running
         finally:
             checkpointer.close()
 
@@ -66,8 +66,8 @@ class TestCheckpointer:
         ran = threading.Event()
 
         class Watched(Checkpointer):
-            def _run_once(self):
-                result = super()._run_once()
+            def run_once(self):
+                result = super().run_once()
                 if result is not None and result.log_frames:
                     ran.set()
                 return result
@@ -79,4 +79,4 @@ class TestCheckpointer:
         finally:
             checkpointer.close()
             db.close()
-        assert not checkpointer._thread.is_alive()
+        assert not checkpointer.running

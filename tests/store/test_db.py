@@ -100,7 +100,7 @@ class TestSchema:
 
         db = SessionDB(tmp_path / "x.db")
         inside, go, out = threading.Event(), threading.Event(), []
-        run, close_worker = db._executor.run, db._executor.close
+        run, close_worker = db.executor.run, db.executor.close
 
         def held_run(fn, *args):  # the reader is descheduled between the check and the job
             if threading.current_thread().name == "reader":
@@ -119,11 +119,11 @@ class TestSchema:
             thread.join(10)
             close_worker()
 
-        db._executor.run = held_run
+        db.executor.run = held_run
         thread = threading.Thread(target=reader, name="reader")
         thread.start()
         assert inside.wait(10)
-        db._executor.close = close_after_the_read
+        db.executor.close = close_after_the_read
         db.close()
         [error] = out
         assert isinstance(error, StoreError) and not isinstance(error, StoreUnavailableError)

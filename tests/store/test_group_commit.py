@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -17,18 +16,11 @@ from hermes_actors.store import SessionDB
 from hermes_actors.store.backends.sqlite import executor as executor_module
 from hermes_actors.store.backends.sqlite.executor import DbExecutor
 from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+from hermes_actors.testing import wait_until
 
 from .conftest import dm
 
 T0 = 1_700_000_000.0
-
-
-def _wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 class _Blocked:
@@ -59,7 +51,8 @@ class _Blocked:
         thread = threading.Thread(target=target)
         thread.start()
         self.callers.append(thread)
-        _wait_for(lambda: self.ex.statistics().waiting > before)
+        wait_until(lambda: self.ex.statistics().waiting > before, interval=0.001,
+                   message="one more waiting call")
 
     def release(self) -> dict[int, object]:
         self.gate.set()
@@ -167,7 +160,7 @@ class TestGroupCommit:
     def test_waiting_lists_share_one_transaction(self, db):
         statements: list[str] = []
         db.set_trace_callback(statements.append)
-        blocked = _Blocked(db._executor)
+        blocked = _Blocked(db.executor)
         for n in range(4):
             blocked.call(n, lambda n=n: db.apply(_session_ops(n)))
         results = blocked.release()
@@ -180,7 +173,7 @@ class TestGroupCommit:
         db.apply(_session_ops(0))
         bad = AppendMessage("20231114_000000_00000000",
                             {"role": None, "content": "x", "timestamp": T0})
-        blocked = _Blocked(db._executor)
+        blocked = _Blocked(db.executor)
         blocked.call(1, lambda: db.apply(_session_ops(1)))
         blocked.call(2, lambda: db.apply([bad]))
         blocked.call(3, lambda: db.apply(_session_ops(3)))
@@ -192,7 +185,7 @@ class TestGroupCommit:
     def test_each_list_gets_its_own_results(self, db):
         db.apply(_session_ops(0))
         sid = "20231114_000000_00000000"
-        blocked = _Blocked(db._executor)
+        blocked = _Blocked(db.executor)
         for n in range(3):
             msg = {"role": "user", "content": f"m{n}", "timestamp": T0}
             blocked.call(n, lambda msg=msg: db.apply([AppendMessage(sid, msg)]))
@@ -202,7 +195,7 @@ class TestGroupCommit:
         assert [m["content"] for m in db.load_messages(sid)] == ["m0", "m1", "m2"]
 
     def test_a_caller_returns_only_after_its_commit(self, db, tmp_path):
-        blocked = _Blocked(db._executor)
+        blocked = _Blocked(db.executor)
         seen_after_return: dict[int, int] = {}
 
         def apply_then_look(n: int):
@@ -231,6 +224,7 @@ GEVENT_SCRIPT = textwrap.dedent(
     from hermes_actors.errors import StoreError
     from hermes_actors.store import SessionDB
     from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+    from hermes_actors.testing import wait_until
 
     native_lock = get_original("_thread", "allocate_lock")
     db = SessionDB(sys.argv[1], writer="thread")  # the executor's grouping, in process
@@ -242,14 +236,20 @@ GEVENT_SCRIPT = textwrap.dedent(
     # Hold the worker on a native lock; greenlets pile up; the hub stays free meanwhile.
     gate = native_lock()
     gate.acquire()
-    blocker = gevent.spawn(db._executor.run, gate.acquire)
-    gevent.sleep(0.05)
+    held = []
+
+    def hold():
+        held.append(True)  # on the worker thread, about to block
+        gate.acquire()
+
+    blocker = gevent.spawn(db.executor.run, hold)
+    wait_until(lambda: held, interval=0.001, message="the worker's hold")
     bad = AppendMessage("20231114_000000_00000000", {"role": None, "content": "x",
                                                       "timestamp": 1.0})
     writers = [gevent.spawn(db.apply, ops(n)) for n in range(50)]
     failing = gevent.spawn(db.apply, [bad])
-    gevent.sleep(0.05)
-    assert db.statistics().waiting == 51, db.statistics()
+    wait_until(lambda: db.statistics().waiting == 51, interval=0.001,
+               message="51 waiting callers")
     gate.release()
     gevent.joinall(writers + [blocker], raise_error=True, timeout=30)
     failing.join(timeout=30)
@@ -295,7 +295,7 @@ class TestKeyLocks:
         # These keys hash to 100 different stripes (a few of any 100 keys share one; then
         # those do wait for each other, which is the price of a bounded lock table).
         assert len({id(store._core.key_lock(e.session_key)) for e in entries}) == 100
-        ex = store.db._executor
+        ex = store.db.executor
         blocked = _Blocked(ex)
         threads = [
             threading.Thread(target=store.begin_turn, args=(e.session_key, e.session_id),
@@ -306,7 +306,7 @@ class TestKeyLocks:
             thread.start()
         try:
             # every one of them, at once: none waits for another session's commit
-            _wait_for(lambda: ex.statistics().waiting == 100)
+            wait_until(lambda: ex.statistics().waiting == 100, message="100 waiting calls")
         finally:
             blocked.release()
             for thread in threads:

@@ -25,6 +25,7 @@ from hermes_actors.store.backends.sqlite.writer_process import (
     encode_ops,
     writer_lock,
 )
+from hermes_actors.testing import wait_until
 
 PRELUDE = textwrap.dedent(
     """
@@ -39,6 +40,7 @@ PRELUDE = textwrap.dedent(
     from hermes_actors.store import SessionDB
     from hermes_actors.errors import StoreUnavailableError
     from hermes_actors.store.ops import AppendMessage, CreateSession, PutRouting
+    from hermes_actors.testing import wait_until
 
     def ops(n):
         key, sid = f"agent:main:telegram:dm:{n}", f"20231114_000000_{n:08x}"
@@ -80,10 +82,7 @@ GROUPS = PRELUDE + textwrap.dedent(
 
     db.apply_later(ops(61), reads_back)
     db.apply(ops(62))
-    for _ in range(100):
-        if blocked:
-            break
-        gevent.sleep(0)
+    wait_until(lambda: blocked, interval=0.001, message="the blocking callback's failure")
     assert blocked == ["BlockingSwitchOutError"], blocked
     assert db.counts()["sessions"] == 53
 
@@ -138,10 +137,8 @@ CHILD_DIES = PRELUDE + textwrap.dedent(
         pass
     else:
         raise AssertionError("a write succeeded without a writer")
-    for _ in range(100):
-        if len(heard) == MAX_IN_FLIGHT + 2:
-            break
-        gevent.sleep(0)
+    wait_until(lambda: len(heard) == MAX_IN_FLIGHT + 2, interval=0.001,
+               message="every posted write's answer")
     # every posted write heard exactly once that the database is unavailable
     assert heard == {n: [(False, "StoreUnavailableError")]
                      for n in range(2, 2 + MAX_IN_FLIGHT + 2)}, heard
@@ -177,8 +174,7 @@ DIES_MID_FRAME = PRELUDE + textwrap.dedent(
     os.kill(child, signal.SIGKILL)  # the sender's write breaks while the answer waits
     while open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
         pass
-    while len(heard) < MAX_GROUP + 1:
-        gevent.sleep(0.01)
+    wait_until(lambda: len(heard) == MAX_GROUP + 1, 30, message="every write's answer")
     probe = sqlite3.connect(sys.argv[1])
     committed = probe.execute(
         "SELECT count(*) FROM node_state WHERE name LIKE 'a%'").fetchone()[0]
@@ -345,10 +341,8 @@ CHECKPOINTED = PRELUDE + textwrap.dedent(
     for batch in range(20):
         db.apply([AppendMessage(sid, {"role": "user", "content": "x" * 1000 + str(i),
                                       "timestamp": 1.0}) for i in range(100)])
-    deadline = time.monotonic() + 30
-    while os.path.getsize(sys.argv[1]) < size + 1_000_000:
-        assert time.monotonic() < deadline, "the log was never copied back"
-        gevent.sleep(0.05)
+    wait_until(lambda: os.path.getsize(sys.argv[1]) >= size + 1_000_000, 30, 0.05,
+               "the copy of the log back into the database")
     db.close()
     print("ok")
     """
@@ -390,10 +384,8 @@ class TestWriterProcess:
         finally:
             parent.kill()
             parent.stdout.close()
-        deadline = time.monotonic() + 30
-        while not _gone(child):  # PR_SET_PDEATHSIG: killed with its parent
-            assert time.monotonic() < deadline, "the writer process outlived its parent"
-            time.sleep(0.01)
+        # PR_SET_PDEATHSIG: killed with its parent
+        wait_until(lambda: _gone(child), 30, message="the writer process's end with its parent")
         os.close(writer_lock(path, 10, time.sleep))  # free once the child is gone
         db = SessionDB(path, writer="thread")
         try:

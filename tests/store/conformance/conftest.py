@@ -3,9 +3,9 @@
 ``backend`` is a fresh backend of each kind in ``tmp_path`` (``sqlite``: ``SessionDB``;
 ``postgres``: ``PostgresBackend`` on a fresh database of the session's test server;
 ``files``: the ``FilesBackend`` of degraded mode); ``reopen()`` closes it and opens the same
-kind on the same home (and database) again, for durability tests. ``DURABLE[kind]`` says
-what a kind keeps across a reopen (the files backend journals its inbox, ledger and
-outbox). A backend joins by adding a row to ``KINDS`` (and to ``SERVER_KINDS`` when it
+kind on the same home (and database) again, for durability tests: every kind keeps
+everything across a reopen (the files backend journals its inbox, ledger and outbox too),
+so the durability tests hold for every kind alike. A backend joins by adding a row to ``KINDS`` (and to ``SERVER_KINDS`` when it
 needs the test server: those tests are marked ``postgres``).
 """
 
@@ -46,15 +46,6 @@ KINDS: dict[str, Callable[[Place], Backend]] = {
 #: The kinds that need the test server (``postgres_dsn``).
 SERVER_KINDS = frozenset({"postgres"})
 
-_DATABASE = frozenset({"routing", "messages", "node_state", "inbox", "ledger", "outbox"})
-#: What each kind keeps across a close and reopen.
-DURABLE: dict[str, frozenset[str]] = {
-    "sqlite": _DATABASE,
-    "postgres": _DATABASE,
-    "files": frozenset({"routing", "messages", "node_state", "inbox", "ledger",
-                        "outbox"}),
-}
-
 
 class Opened:
     """The backend under test, with a way to reopen it."""
@@ -72,10 +63,6 @@ class Opened:
         self.backend = KINDS[self.kind](self.place)
         self._all.append(self.backend)
         return self.backend
-
-    def durable(self, what: str) -> bool:
-        """Whether this kind keeps ``what`` across a reopen."""
-        return what in DURABLE[self.kind]
 
     def close(self) -> None:
         for backend in self._all:

@@ -52,4 +52,4 @@ class TestInbox:
     def test_durability(self, opened):
         opened.backend.apply([accept("e1")])
         again = opened.reopen()
-        assert len(again.pending_inbox()) == (1 if opened.durable("inbox") else 0)
+        assert len(again.pending_inbox()) == 1

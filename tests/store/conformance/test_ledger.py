@@ -153,4 +153,4 @@ class TestLedger:
     def test_durability(self, opened):
         opened.backend.apply([record()])
         again = opened.reopen()
-        assert len(again.ledger_rows()) == (1 if opened.durable("ledger") else 0)
+        assert len(again.ledger_rows()) == 1

@@ -138,8 +138,7 @@ class TestOutbox:
     def test_durability(self, opened):
         opened.backend.apply([append()])
         again = opened.reopen()
-        assert len(again.outbox_read("webhook", "42", 0, 10)) == (
-            1 if opened.durable("outbox") else 0)
+        assert len(again.outbox_read("webhook", "42", 0, 10)) == 1
 
 
 class TestNode:

@@ -4,7 +4,6 @@ from the command line, no degraded start; and a read pool of the configured size
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -16,6 +15,7 @@ from hermes_actors.store import SessionStore
 from hermes_actors.store.factory import open_backend
 from hermes_actors.store.ops import PutRouting
 from hermes_actors.store.routing import NO_FLAGS
+from hermes_actors.testing import wait_until
 
 SECRET = "s3cr3t-pw"
 
@@ -26,13 +26,6 @@ def nowhere(tmp_path) -> str:
     sockets = tmp_path / "no-server"
     sockets.mkdir()
     return f"postgresql://hermes:{SECRET}@/hermes?host={sockets}"
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 class TestUnreachable:
@@ -98,10 +91,12 @@ class TestPool:
                 "SELECT pg_advisory_lock_shared(4242)"))) for _ in range(2)]
             for thread in blocked:
                 thread.start()
-            _wait_for(lambda: pg.statistics().pool_available == 0)
+            wait_until(lambda: pg.statistics().pool_available == 0, 30, 0.005,
+                       "every connection taken")
             third = threading.Thread(target=lambda: results.append(pg.sql("SELECT 1")))
             third.start()
-            _wait_for(lambda: pg._pool.get_stats().get("requests_waiting", 0) == 1)
+            wait_until(lambda: pg.statistics().pool_waiting == 1, 30, 0.005,
+                       "a read waiting for a connection")
             assert results == []  # every connection is taken: the third read waits
             holder.execute("SELECT pg_advisory_unlock(4242)")
             for thread in [*blocked, third]:

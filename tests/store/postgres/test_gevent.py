@@ -28,6 +28,7 @@ DRIVER = textwrap.dedent("""
     from hermes_actors.store.backends.postgres.backend import PostgresBackend
     from hermes_actors.store.ops import PutRouting
     from hermes_actors.store.routing import NO_FLAGS
+    from hermes_actors.testing import wait_until
 
     backend = PostgresBackend(sys.argv[1], tempfile.mkdtemp(), pool_size=2)
     assert backend._committer._thread.__class__.__module__.startswith("gevent")
@@ -51,9 +52,11 @@ DRIVER = textwrap.dedent("""
 
     def other():
         started.wait()
-        while not sleeping_pids():
+        def sleeping():
             assert not slept.is_set(), "the sleep ended before anyone else could run"
-        first = sleeping_pids()
+            return sleeping_pids()
+
+        first = wait_until(sleeping, 30, 0.005, "the sleep in pg_stat_activity")
         seen.append("saw the sleep")
         backend.apply([PutRouting("k", "{}", *NO_FLAGS)])
         assert backend.routing_row("k") is not None

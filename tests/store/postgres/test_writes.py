@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import psycopg
 import pytest
@@ -13,19 +12,13 @@ import pytest
 from hermes_actors.errors import StoreError
 from hermes_actors.store.ops import NodeValue, OutboxAppend, PutRouting, SetRoutingFlags
 from hermes_actors.store.routing import NO_FLAGS
+from hermes_actors.testing import wait_until
 
 MARKED = NO_FLAGS._replace(active_turn_token="t" * 32)
 
 
 class _NotAnOp:
     """Something no backend can apply."""
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.002)
 
 
 def _put(key: str) -> PutRouting:
@@ -71,13 +64,15 @@ class TestGroupCommit:
 
         first = call("first", [SetRoutingFlags("blocker", *MARKED)])
         with psycopg.connect(postgres_dsn, autocommit=True) as watcher:
-            _wait_for(lambda: watcher.execute(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] == 1)
+            wait_until(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] == 1,
+                30, 0.002, "a lock wait")
         before = pg.statistics()
         threads = []
         for n, ops in enumerate([[_put("a")], [_put("b"), _NotAnOp()], [_put("c")]]):
             threads.append(call(f"l{n}", ops))
-            _wait_for(lambda n=n: pg.statistics().waiting == n + 1)  # fixes their order
+            wait_until(lambda n=n: pg.statistics().waiting == n + 1, 30, 0.002,
+                       f"{n + 1} waiting calls")  # fixes their order
         lock.release()
         for thread in [first, *threads]:
             thread.join(30)
@@ -100,7 +95,7 @@ class TestGroupCommit:
         assert seen == []  # both calls returned although nothing could commit yet
         lock.release()
         assert done.wait(30)
-        _wait_for(lambda: len(seen) == 2)
+        wait_until(lambda: len(seen) == 2, 30, 0.002, "both answers")
         assert seen == [(True, [1]), (True, [None])]
 
 
@@ -206,8 +201,9 @@ class TestOutboxOrderAcrossNodes:
         appender.start()
         watcher = psycopg.connect(postgres_dsn, autocommit=True)
         try:  # this node's append waits for the chat's lock
-            _wait_for(lambda: watcher.execute(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] > 0)
+            wait_until(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0] > 0,
+                30, 0.002, "a lock wait")
             assert "c" not in done
         finally:
             other.commit()

@@ -80,6 +80,8 @@ class PostgresStatistics(NamedTuple):
     pool_size: int
     #: Read connections idle in the pool now.
     pool_available: int
+    #: Reads waiting for a free connection of the pool now.
+    pool_waiting: int = 0
 
 
 class PostgresBackend(Reads):
@@ -188,7 +190,8 @@ class PostgresBackend(Reads):
         c = self._committer.statistics() if self._committer is not None else None
         return PostgresStatistics(
             c.transactions if c else 0, c.lists if c else 0, c.largest if c else 0,
-            c.waiting if c else 0, self._pool_size, stats.get("pool_available", 0))
+            c.waiting if c else 0, self._pool_size, stats.get("pool_available", 0),
+            stats.get("requests_waiting", 0))
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -68,6 +68,11 @@ class Checkpointer:
                                         daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """Whether its thread runs (from the start until :meth:`close`)."""
+        return self._thread.is_alive()
+
     def run_once(self) -> CheckpointResult | None:
         """Checkpoint now (in the calling thread); ``None`` when it failed (logged)."""
         with self._lock:

@@ -236,6 +236,12 @@ class SessionDB:
             raise
 
     @property
+    def executor(self) -> DbExecutor:
+        """The executor every call of this handle runs on (its one worker thread and its
+        group commit); a test holds it to make callers wait together."""
+        return self._executor
+
+    @property
     def writer_pid(self) -> int | None:
         """The pid of the writer process, or ``None`` when writes run in this process."""
         return self._writer.pid if self._writer is not None else None
