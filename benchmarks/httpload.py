@@ -252,7 +252,12 @@ class DriverProcess:
 
     def result(self, timeout: float = 180.0) -> tuple[float, list[float]]:
         """The driver's ``(seconds, sorted latencies)``; raises when it failed."""
-        out, _ = self._proc.communicate(timeout=timeout)
+        try:
+            out, _ = self._proc.communicate(timeout=timeout)
+        except BaseException:  # (a timeout): the driver does not outlive the run
+            self._proc.kill()
+            self._proc.wait()
+            raise
         if self._proc.returncode != 0:
             raise RuntimeError(f"the load driver exited {self._proc.returncode}")
         data = json.loads(out)
