@@ -23,7 +23,9 @@ class Scenario(NamedTuple):
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("throughput", "sessions x messages through the full runtime, durable", 900),
     Scenario("latency", "submit -> reply p50/p99 at a fixed offered load", 300),
-    Scenario("http", "POST /v1/messages -> reply read by a long-poll GET /v1/outbox", 300),
+    Scenario("http", "POST /v1/messages -> reply read by a long-poll GET /v1/outbox, vs a "
+             "raw WSGI bound", 300),
+    Scenario("sse", "answers pushed to 1,000 open GET /v1/stream, vs a raw WSGI bound", 300),
     Scenario("fifo", "bursts of /queue during long turns; order verified", 300),
     Scenario("recovery", "stored sessions + in-flight markers: process start -> ready", 600),
     Scenario("routing-scale", "cost of one routing change at 1k / 10k / 100k sessions", 600),

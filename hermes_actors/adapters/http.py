@@ -261,6 +261,7 @@ class HttpApi:
         self.accepting = True
         #: The Prometheus metrics served at ``/metrics``.
         self.metrics = GatewayMetrics(gateway, report=report, outbox=outbox)
+        self._counted: dict[tuple[str, int], Any] = {}
         #: Open ``/v1/stream`` connections, at most ``http.max_streams``.
         self.streams = StreamSlots(int(getattr(settings, "max_streams", 256)))
         self._keepalive = float(getattr(settings, "stream_keepalive", 15.0))
@@ -308,17 +309,27 @@ class HttpApi:
             response = _json(500, {"error": "internal error (see the gateway log)"})
         if request is not None and request.body_pending:
             response.headers.append(("Connection", "close"))
-        self.metrics.requests.labels(route, str(response.status)).inc()
-        # (every client-given field escaped: a %0A in the path must not start a line)
-        access_log.info("method=%s path=%s status=%d ms=%.1f",
-                        log_field(environ.get("REQUEST_METHOD")),
-                        log_field(environ.get("PATH_INFO")), response.status,
-                        (time.perf_counter() - began) * 1000.0)
+        self._count(route, response.status)
+        if access_log.isEnabledFor(logging.INFO):
+            # (every client-given field escaped: a %0A in the path must not start a line)
+            access_log.info("method=%s path=%s status=%d ms=%.1f",
+                            log_field(environ.get("REQUEST_METHOD")),
+                            log_field(environ.get("PATH_INFO")), response.status,
+                            (time.perf_counter() - began) * 1000.0)
         reason = _REASONS.get(response.status, "")
         start_response(f"{response.status} {reason}", response.headers)
         if response.stream is not None:
             return response.stream  # type: ignore[return-value]  # an iterable with close()
         return _Answer(response.body, request)
+
+    def _count(self, route: str, status: int) -> None:
+        """Count an answer in ``hermes_http_requests``; each (route, status) child of the
+        counter is looked up once (routes and statuses are few)."""
+        child = self._counted.get((route, status))
+        if child is None:
+            child = self._counted[(route, status)] = self.metrics.requests.labels(
+                route, str(status))
+        child.inc()
 
     def _route_name(self, path: str) -> str:
         if path in self._routes:

@@ -3,9 +3,11 @@
 An HTTP client cannot be called back, so the adapters of the platforms the HTTP adapter
 serves (``webhook``, ``api_server`` by default) "send" by appending to the store's durable
 outbox (:mod:`hermes_actors.store.outbox`); clients read it by cursor with a long poll. The
-outbox wakes waiting readers after each append with a condition variable: a plain thread
-condition in embedded use, a greenlet one once gevent has patched ``threading``, so a long
-poll never blocks the gevent hub.
+outbox wakes the readers waiting on a chat after each append to that chat, with a condition
+variable per chat that has waiters (all sharing one lock): a plain thread condition in
+embedded use, a greenlet one once gevent has patched ``threading``, so a long poll never
+blocks the gevent hub. An append wakes only its chat's readers, never every open stream
+and long poll (1,000 open streams woke 1,000 greenlets per reply).
 
 Each platform needs its own adapter object (the gateway maps one adapter per platform); they
 share one :class:`Outbox`. The outbox reaches the store through a getter bound after the
@@ -45,7 +47,9 @@ class Outbox:
 
     def __init__(self, store: Callable[[], Any] | None = None) -> None:
         self._get_store = store
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        #: The chats readers wait on: a condition on :attr:`_lock` and how many wait on it.
+        self._waiting: dict[tuple[str, str | None], _Waiters] = {}
         #: Per chat, the number of its last change (an append here, or one another node
         #: told of), so a waiter sees a change since it read without a database read for
         #: every append to some other chat. Bounded (LRU): a chat forgotten here only wakes
@@ -79,6 +83,12 @@ class Outbox:
         """Whether :meth:`close` was called (readers are released, appends refused)."""
         return self._closed
 
+    @property
+    def readers(self) -> int:
+        """Readers waiting in :meth:`wait` now (long polls and streams)."""
+        with self._lock:
+            return sum(waiters.count for waiters in self._waiting.values())
+
     def append(self, target: SessionSource, text: str, kind: str = DEFAULT_KIND,
                in_reply_to: tuple[str, ...] = (), obligation_id: str | None = None,
                ) -> int | None:
@@ -104,7 +114,7 @@ class Outbox:
         if cursor is None:
             return None
         chat = (target.platform, target.chat_id)
-        with self._cond:
+        with self._lock:
             self._high = max(self._high, cursor)
             self.appended += 1
             self._changed(chat)
@@ -113,34 +123,40 @@ class Outbox:
     def note_append(self, platform: str, chat_id: str | None) -> None:
         """Another process appended to this chat (a cluster node's notice): its waiters
         read again."""
-        with self._cond:
+        with self._lock:
             self._changed((platform, chat_id))
 
     def note_unknown(self) -> None:
         """Appends elsewhere may have gone unheard (the notices' connection is new): every
         waiter reads again."""
-        with self._cond:
+        with self._lock:
             self._rounds += 1
-            self._cond.notify_all()
+            self._wake_all()
 
     def _changed(self, chat: tuple[str, str | None]) -> None:
         self._changes += 1
         self._versions[chat] = self._changes
-        self._cond.notify_all()
+        waiters = self._waiting.get(chat)
+        if waiters is not None:
+            waiters.cond.notify_all()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiting.values():
+            waiters.cond.notify_all()
 
     def read(self, platform: str, chat_id: str | None, after: int = 0,
              limit: int = 100) -> list[dict[str, Any]]:
         """Rows of one chat after cursor ``after``, oldest first (see ``outbox_read``)."""
         rows = self.store.outbox_read(platform, chat_id, after, limit)
         if rows:
-            with self._cond:
+            with self._lock:
                 self._high = max(self._high, rows[-1]["cursor"])
         return rows
 
     def head(self) -> int:
         """The highest cursor so far: anything appended later has a greater one."""
         head = self.store.outbox_head()
-        with self._cond:
+        with self._lock:
             self._high = max(self._high, head)
             return max(self._high, head)
 
@@ -151,7 +167,7 @@ class Outbox:
         deadline = time.monotonic() + max(0.0, timeout)
         chat = (platform, chat_id)
         while True:
-            with self._cond:
+            with self._lock:
                 seen = (self._versions.get(chat, 0), self._rounds)
                 if self._closed:
                     return []  # the store may be closed already (the end of a stop)
@@ -162,8 +178,17 @@ class Outbox:
             def changed(seen: tuple[int, int] = seen) -> bool:
                 return (self._versions.get(chat, 0), self._rounds) != seen or self._closed
 
-            with self._cond:
-                self._cond.wait_for(changed, timeout=remaining)
+            with self._lock:
+                waiters = self._waiting.get(chat)
+                if waiters is None:
+                    waiters = self._waiting[chat] = _Waiters(threading.Condition(self._lock))
+                waiters.count += 1
+                try:
+                    waiters.cond.wait_for(changed, timeout=remaining)
+                finally:
+                    waiters.count -= 1
+                    if waiters.count == 0:
+                        del self._waiting[chat]
 
     def wait_closed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for :meth:`close`; whether the outbox is closed."""
@@ -176,9 +201,19 @@ class Outbox:
 
     def close(self) -> None:
         """Release every waiting reader and refuse later appends."""
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
+
+
+class _Waiters:
+    """The readers waiting on one chat: their condition (on the outbox's lock) and count."""
+
+    __slots__ = ("cond", "count")
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self.cond = cond
+        self.count = 0
 
 
 class OutboxAdapter:

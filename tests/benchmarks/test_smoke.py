@@ -95,6 +95,36 @@ class TestQuickRun:
         gateway = figs["large_cpu_gateway"]["value"]
         assert figs["large_in_asks"]["value"] == pytest.approx(gateway * asks / 1e6)
 
+    def test_http_is_judged_against_its_raw_bound_and_in_process_submit(self, report):
+        """The HTTP path's turns/s against the raw WSGI bound on the same server stack
+        (target: half of it), its p99 against the in-process p99 (target: twice), its CPU
+        per turn against the bound's, and the same load from a driver process of its own."""
+        data, _ = report
+        figs = {f["key"]: f for f in data["scenarios"]["http"]["figures"]}
+        assert figs["turns"]["baseline_label"] == "raw HTTP bound"
+        assert figs["turns"]["target"] == {"op": ">=", "value": 0.5, "on": "ratio"}
+        assert figs["p99"]["baseline_label"] == "in-process p99"
+        assert figs["p99"]["target"] == {"op": "<=", "value": 2.0, "on": "ratio"}
+        assert figs["vs_submit"]["value"] == figs["turns"]["value"]
+        assert figs["vs_submit"]["baseline_label"] == "in-process submit"
+        assert figs["cpu"]["unit"] == "µs" and figs["cpu"]["baseline"] > 0
+        assert figs["apart"]["value"] > 0 and figs["apart"]["baseline"] == figs["turns"]["value"]
+        assert figs["raw_p99"]["baseline"] == figs["p99"]["value"]
+
+    def test_sse_is_judged_against_its_raw_bound(self, report):
+        """Answers per second to open streams against the raw WSGI SSE bound (target: half
+        of it), with CPU per answer and latencies against the bound's."""
+        data, _ = report
+        result = data["scenarios"]["sse"]
+        figs = {f["key"]: f for f in result["figures"]}
+        assert list(figs) == ["answers", "cpu", "p50", "p99"]
+        assert figs["answers"]["unit"] == "answers/s"
+        assert figs["answers"]["target"] == {"op": ">=", "value": 0.5, "on": "ratio"}
+        for key in figs:
+            assert figs[key]["baseline_label"].startswith("raw"), key
+        details = result["runs"][0]["details"]
+        assert details["streams"] > 0 and details["messages"] > 0
+
     def test_recovery_starts_its_gateway_with_the_standalone_collector_settings(self, report):
         """The measured gateway process is the standalone one: the collector thresholds it
         sets before its start (``process.heap``) are in force during the timed start."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -189,6 +190,50 @@ class TestOutboxWaiting:
             if thread is not None:
                 thread.join(40)
             store.close()
+
+    def test_an_append_wakes_every_reader_of_its_chat_and_no_other(self, outbox):
+        """Readers wait per chat: an append to one wakes all of its readers, while a reader
+        of another chat waits on (until its own append or the close); none is left
+        counted once it returned."""
+        start = outbox.head()
+        results: dict[str, list] = {}
+
+        def reader(name: str, chat: str) -> threading.Thread:
+            thread = threading.Thread(target=lambda: results.__setitem__(
+                name, outbox.wait("webhook", chat, start, timeout=30)))
+            thread.start()
+            return thread
+
+        first, second, other = reader("a", "42"), reader("b", "42"), reader("c", "43")
+        deadline = time.monotonic() + 30
+        while outbox.readers < 3 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)  # (polled with a deadline)
+        assert outbox.readers == 3
+        outbox.append(SessionSource("webhook", chat_id="42"), "to 42", kind="reply")
+        first.join(30)
+        second.join(30)
+        assert [r["text"] for r in results["a"]] == [r["text"] for r in results["b"]] == [
+            "to 42"]
+        assert other.is_alive() and outbox.readers == 1
+        outbox.append(SessionSource("webhook", chat_id="43"), "to 43", kind="reply")
+        other.join(30)
+        assert [r["text"] for r in results["c"]] == ["to 43"]
+        assert outbox.readers == 0
+
+    def test_close_releases_the_readers_of_every_chat(self, outbox):
+        threads = [self._wait_in_thread(outbox)[0] for _ in range(2)]
+        extra: list = []
+        threads.append(threading.Thread(
+            target=lambda: extra.append(outbox.wait("webhook", "43", 0, timeout=30))))
+        threads[-1].start()
+        deadline = time.monotonic() + 30
+        while outbox.readers < 3 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)  # (polled with a deadline)
+        outbox.close()
+        for thread in threads:
+            thread.join(30)
+            assert not thread.is_alive()
+        assert extra == [[]] and outbox.readers == 0
 
     def test_rows_present_return_at_once(self, outbox):
         cursor = outbox.append(SessionSource("webhook", chat_id="42"), "ready", kind="reply")
