@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -26,7 +25,7 @@ from hermes_actors.runtime.turn import FAILED_NOTICE
 from hermes_actors.store.node import NodeRecords
 from hermes_actors.store.store import SessionStore
 from hermes_actors.store.turns import SessionRotatedError
-from hermes_actors.testing import FakeClock, Gates, ScriptedAgent, node_values
+from hermes_actors.testing import FakeClock, Gates, ScriptedAgent, node_values, wait_until
 
 SRC = SessionSource("telegram", chat_id="42", user_id="7")
 KEY = "agent:main:telegram:dm:42"
@@ -384,10 +383,9 @@ class TestFirstMessage:
         first = submit(gw, "hello before new")
         assert entered.wait(10)
         new = submit(gw, "/new")  # interrupts the starting turn, then creates the session
-        deadline = time.monotonic() + 10  # the actor has taken /new before the turn goes on
-        while not gw.session_statistics(KEY).interrupting:
-            assert time.monotonic() < deadline, "/new did not interrupt the starting turn"
-            time.sleep(0.005)
+        # the actor has taken /new before the turn goes on
+        wait_until(lambda: gw.session_statistics(KEY).interrupting,
+                   message="/new interrupting the starting turn")
         go.set()
         assert gw.wait_idle(10)
         entry = gw.store.get(KEY)
