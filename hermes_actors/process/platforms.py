@@ -1,9 +1,10 @@
 """The chat platforms ``run`` serves beyond its HTTP API: ``platforms: [telegram, slack,
-whatsapp]``.
+whatsapp, discord]``.
 
 Each is checked in two steps so a mistake costs nothing: what the configuration and the
 environment say (a platform without an adapter, a missing or malformed secret) before the
-home is even claimed, then the platform itself (``getMe``, ``auth.test``: a rejected token)
+home is even claimed, then the platform itself (``getMe``, ``auth.test``, Discord's
+``/users/@me``: a rejected token)
 before recovery starts. Both are configuration errors (exit 2) with a message naming the
 setting, never the secret; an unreachable API server is a runtime failure (exit 1).
 """
@@ -20,7 +21,7 @@ from hermes_actors.errors import CommandFailed, ConfigError, HermesActorsError
 __all__ = ["ADAPTERS", "connect_platforms", "platform_adapters"]
 
 #: The platforms ``platforms`` may list: those with an adapter.
-ADAPTERS = ("telegram", "slack", "whatsapp")
+ADAPTERS = ("telegram", "slack", "whatsapp", "discord")
 _TITLES = {"whatsapp": "WhatsApp"}
 
 
@@ -65,12 +66,23 @@ def platform_adapters(config: GatewayConfig, env: Mapping[str, str] | None = Non
                 adapter.close()
             raise
         adapters.append(WhatsAppAdapter(config.whatsapp, secrets))
+    if "discord" in config.platforms:
+        from hermes_actors.adapters import discord
+
+        try:
+            token = discord.check_token(env.get(config.discord.token_env),
+                                        config.discord.token_env)
+        except ConfigError:
+            for adapter in adapters:
+                adapter.close()
+            raise
+        adapters.append(discord.DiscordAdapter(config.discord, token))
     return adapters
 
 
 def connect_platforms(adapters: list[Any]) -> None:
     """Check each platform adapter against its service (``getMe``, ``auth.test``, the
-    phone number)."""
+    phone number, ``/users/@me``)."""
     for adapter in adapters:
         try:
             adapter.connect()

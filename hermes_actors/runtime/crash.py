@@ -32,8 +32,11 @@ STORE_CRASH_POINTS = ("db_writer_after_commit",)
 
 #: Points on the way in: a message is durable but its sender has not been answered yet (a
 #: client then retries it; exactly-once ingress must recognise the retry), or a platform
-#: has handed updates over that nothing has taken yet (they come again).
-INGRESS_CRASH_POINTS = ("after_message_accepted", "telegram_update_received")
+#: has handed updates over that nothing has taken yet (they come again; Discord's Gateway
+#: does not send a message again to a new connection: one at ``discord_message_received``
+#: is not seen again).
+INGRESS_CRASH_POINTS = ("after_message_accepted", "telegram_update_received",
+                        "discord_message_received")
 
 #: A conversation's delete (``runtime/deletion``): after ``sessions.json`` lost the key and
 #: before the transaction (nothing is deleted), and after the transaction (all of it is).

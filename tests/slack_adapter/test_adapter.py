@@ -52,7 +52,7 @@ class TestSettings:
 
     def test_platforms_without_an_adapter_or_twice(self):
         with pytest.raises(ConfigError, match="no adapter for it"):
-            platform_adapters(load_config({"platforms": ["discord"]}, env={}), env={})
+            platform_adapters(load_config({"platforms": ["matrix"]}, env={}), env={})
         twice = load_config({"platforms": ["slack"], "http": {"platforms": ["slack"]}},
                             env={})
         with pytest.raises(ConfigError, match="both platforms and http.platforms"):

@@ -210,9 +210,9 @@ class TestStartErrors:
     def test_a_platform_without_an_adapter(self, tmp_path):
         home = tmp_path / "home"
         home.mkdir()
-        (home / "config.yaml").write_text(json.dumps({"platforms": ["discord"]}))
+        (home / "config.yaml").write_text(json.dumps({"platforms": ["matrix"]}))
         done = run_cli("run", "--home", str(home), "--port", "0")
         assert done.returncode == 2, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and "discord" in lines[0] and "no adapter" in lines[0], lines
+        assert len(lines) == 1 and "matrix" in lines[0] and "no adapter" in lines[0], lines
         assert not (home / "state.db").exists()

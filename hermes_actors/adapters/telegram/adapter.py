@@ -153,8 +153,8 @@ class TelegramAdapter:
 
     def start_typing(self, target: SessionSource) -> Typing:
         """Show "typing…" in the chat (and topic) until the returned indicator stops."""
-        return TypingIndicator(lambda: self._chat_action(target),
-                               self._typing_interval).start()
+        return TypingIndicator(lambda: self._chat_action(target), self._typing_interval,
+                               name="telegram-typing").start()
 
     def _chat_action(self, target: SessionSource) -> bool:
         if target.chat_id is None or not self.connected:
