@@ -48,6 +48,8 @@ class Outbox:
     def __init__(self, store: Callable[[], Any] | None = None) -> None:
         self._get_store = store
         self._lock = threading.Lock()
+        #: Set by :meth:`close` (for :meth:`wait_closed`).
+        self._closed_event = threading.Event()
         #: The chats readers wait on: a condition on :attr:`_lock` and how many wait on it.
         self._waiting: dict[tuple[str, str | None], _Waiters] = {}
         #: Per chat, the number of its last change (an append here, or one another node
@@ -192,8 +194,7 @@ class Outbox:
 
     def wait_closed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for :meth:`close`; whether the outbox is closed."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._closed, timeout=max(0.0, timeout))
+        return self._closed_event.wait(max(0.0, timeout))
 
     def prune(self, max_age_days: float = DEFAULT_RETENTION_DAYS) -> int:
         """Delete rows older than ``max_age_days``; returns the count."""
@@ -204,6 +205,7 @@ class Outbox:
         with self._lock:
             self._closed = True
             self._wake_all()
+        self._closed_event.set()
 
 
 class _Waiters:
