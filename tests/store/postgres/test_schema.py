@@ -1,5 +1,6 @@
-"""Forward migrations and their version table, lost tables, read-only opens, and the models
-that build the varying queries staying in step with the DDL."""
+"""Forward migrations and their version table, lost tables, read-only opens, the models that
+build the varying queries staying in step with the DDL, and the generated latest form
+building what the frozen migrations build."""
 
 from __future__ import annotations
 
@@ -121,6 +122,50 @@ class TestModels:
                 " WHERE table_schema = current_schema() AND table_name = %s"
                 " ORDER BY ordinal_position", (table,))]
             assert columns == [f.column_name for f in model._meta.sorted_fields], table
+
+
+#: What the server says of a schema: columns, indexes, constraints, functions.
+_DESCRIBE = (
+    "SELECT table_name, ordinal_position, column_name, data_type, is_nullable,"
+    " column_default, is_identity, identity_generation FROM information_schema.columns"
+    " WHERE table_schema = current_schema() AND table_name <> 'schema_version'"
+    " ORDER BY 1, 2",
+    "SELECT tablename, indexname, replace(indexdef, current_schema() || '.', '')"
+    " FROM pg_indexes WHERE schemaname = current_schema()"
+    " AND tablename <> 'schema_version' ORDER BY 1, 2",
+    "SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid)"
+    " FROM pg_constraint WHERE connamespace = current_schema()::regnamespace"
+    " AND conrelid <> 'schema_version'::regclass ORDER BY 1, 2",
+    "SELECT proname, pg_get_function_arguments(oid), prosrc FROM pg_proc"
+    " WHERE pronamespace = current_schema()::regnamespace ORDER BY 1",
+)
+
+
+class TestGeneratedSchema:
+    """A fresh database is made from the one declaration of the tables
+    (``schema_models``) and equals one built by every frozen migration in turn."""
+
+    def test_a_fresh_database_equals_the_frozen_migrations(self, postgres_server,
+                                                           postgres_dsn):
+        with postgres_server.database() as frozen_dsn:
+            with psycopg.connect(frozen_dsn, autocommit=True) as conn:
+                conn.execute(schema._VERSION_DDL)  # what the released runner did
+                for migration in schema.MIGRATIONS:
+                    for statement in migration:
+                        conn.execute(statement)
+                frozen = [conn.execute(query).fetchall() for query in _DESCRIBE]
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            assert schema.migrate(conn, where="test") == 0
+            fresh = [conn.execute(query).fetchall() for query in _DESCRIBE]
+            [(at_once,)] = conn.execute(  # the fresh path: every version in one statement
+                "SELECT count(DISTINCT applied_at) = 1 FROM schema_version").fetchall()
+        assert fresh == frozen
+        columns, indexes, _, functions = fresh
+        assert {row[0] for row in columns} >= {*schema.CANONICAL_TABLES,
+                                               *schema.CLUSTER_TABLES}
+        assert {row[1] for row in indexes} >= {*schema.CANONICAL_INDEXES, schema.FTS_INDEX}
+        assert [row[0] for row in functions] == ["cluster_fence", "cluster_shard"]
+        assert at_once
 
 
 class TestOutboxNotices:

@@ -1,9 +1,10 @@
-"""The SQLite schema of ``state.db``: DDL, forward migrations, FTS, and the peewee models.
+"""The SQLite schema of ``state.db``: forward migrations, FTS, and the latest form.
 
-The DDL is written out as SQL (frozen per migration) rather than generated from the models,
-because a migration must mean the same thing forever while models follow the latest schema.
-The models describe the latest schema and are what queries use; a test keeps the two in
-step. Canonical tables are re-created ``IF NOT EXISTS`` on every open, so a lost table
+The migrations are written out as SQL (frozen per migration), because a migration must mean
+the same thing forever while the models follow the latest schema. The latest form is
+generated from the one declaration of the tables (:mod:`hermes_actors.store.schema_models`,
+whose models the queries use): a fresh database is made from it, and a test proves that the
+frozen migrations build the same schema. Canonical tables are re-created ``IF NOT EXISTS`` on every open, so a lost table
 (e.g. a dropped ``routing``) comes back empty and the store rebuilds it from the mirror.
 
 ``messages_fts`` is a derived full-text index (FTS5, external content on ``messages``, kept
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, NamedTuple
 
-from hermes_actors.errors import StoreError
 from hermes_actors.store.backends.peewee_import import pw
+from hermes_actors.store.migrations import refuse_newer
+from hermes_actors.store.schema_models import MODELS, ROUTING_FLAGGED, Models, latest_ddl
+from hermes_actors.store.schema_models import bind as bind_models
 
 __all__ = [
     "CANONICAL_DDL",
@@ -28,6 +30,7 @@ __all__ = [
     "FTS_TRIGGERS",
     "LATEST_DDL",
     "MIGRATIONS",
+    "MODELS",
     "OUTBOX_DDL",
     "ROUTING_FLAGGED",
     "SCHEMA_VERSION",
@@ -195,11 +198,10 @@ ROUTING_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
     active_turn_internal INTEGER NOT NULL DEFAULT 0,
     resume_pending INTEGER NOT NULL DEFAULT 0,
     suspended INTEGER NOT NULL DEFAULT 0)"""
-#: The rows recovery reads at every start (a partial index: only flagged rows are in it).
-ROUTING_FLAGGED = "active_turn_token IS NOT NULL OR resume_pending = 1"
+#: Migration 7's indexes of ``routing`` (frozen; the latest form is ``schema_models``').
 ROUTING_INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS routing_flagged ON routing (session_key)"
-    f" WHERE {ROUTING_FLAGGED}",
+    " WHERE active_turn_token IS NOT NULL OR resume_pending = 1",
     "CREATE INDEX IF NOT EXISTS routing_activity ON routing (updated_at)",
 )
 #: ``deliveries`` owned by a gateway boot (node id, boot id) instead of a process id.
@@ -303,54 +305,28 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: The first version with routing flags as columns and node state (migration 7).
 FLAGS_SCHEMA = 7
 
-#: Every canonical table and index in its latest form, for re-creating one that was lost.
-LATEST_DDL: tuple[str, ...] = (
-    *(statement for statement in CANONICAL_DDL
-      if not statement.lstrip().startswith(("CREATE TABLE IF NOT EXISTS routing",
-                                            "CREATE TABLE IF NOT EXISTS deliveries",
-                                            "CREATE INDEX IF NOT EXISTS deliveries_state",
-                                            "CREATE TABLE IF NOT EXISTS inbox"))),
-    ROUTING_TABLE.format(name="routing"), *ROUTING_INDEXES,
-    DELIVERIES_TABLE.format(name="deliveries"), *DELIVERIES_INDEXES,
-    """CREATE TABLE IF NOT EXISTS inbox (
-        seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
-        event_id TEXT NOT NULL UNIQUE,
-        session_key TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        internal INTEGER NOT NULL DEFAULT 0,
-        received_at REAL NOT NULL,
-        consumed_at REAL,
-        consumed_reason TEXT,
-        ingress_key TEXT)""",
-    INGRESS_DDL[1],
-    """CREATE TABLE IF NOT EXISTS outbox (
-        cursor INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
-        session_key TEXT NOT NULL,
-        platform TEXT NOT NULL,
-        chat_id TEXT,
-        thread_id TEXT,
-        text TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        in_reply_to TEXT)""",
-    OUTBOX_DDL[1],
-    *NODE_DDL,
-    *APPLIED_LISTS_DDL,
-)
+#: Every canonical table and index in its latest form, generated from the one declaration
+#: (:mod:`hermes_actors.store.schema_models`): what a fresh database is made of, and what
+#: re-creates a lost table. ``applied_lists`` is SQLite's own (the writer process's).
+LATEST_DDL: tuple[str, ...] = (*latest_ddl(bind_models(pw.SqliteDatabase(None))),
+                               *APPLIED_LISTS_DDL)
 
 
 def migrate(database: pw.Database) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION`, one transaction per step.
+    """Bring the schema to :data:`SCHEMA_VERSION`, one transaction per step; a database with
+    nothing in it is made in the latest form at once (:data:`LATEST_DDL` and the FTS index).
 
     Raises :class:`StoreError` for a database written by a newer version (left untouched).
     Returns the version found before migrating.
     """
     found = database.execute_sql("PRAGMA user_version").fetchone()[0]
-    if found > SCHEMA_VERSION:
-        raise StoreError(
-            f"state.db has schema version {found}, newer than this hermes_actors "
-            f"supports ({SCHEMA_VERSION}); upgrade hermes_actors"
-        )
+    refuse_newer(found, SCHEMA_VERSION, "state.db")
+    if found == 0 and not database.execute_sql("SELECT 1 FROM sqlite_master").fetchone():
+        with database.atomic():
+            for statement in (*LATEST_DDL, *FTS_DDL):
+                database.execute_sql(statement)
+            database.execute_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return found
     for number in range(found + 1, SCHEMA_VERSION + 1):
         with database.atomic():
             for step in MIGRATIONS[number - 1]:
@@ -367,182 +343,3 @@ def repair_canonical_tables(database: pw.Database) -> None:
     with database.atomic():
         for statement in LATEST_DDL:
             database.execute_sql(statement)
-
-
-# -- models (latest schema; used for queries) -------------------------------------------------
-
-
-class AutoIncrementField(pw.AutoField):
-    """``INTEGER PRIMARY KEY AUTOINCREMENT``: SQLite never hands out an id again, so
-    cursors and sequence numbers only grow, even after the newest rows were deleted.
-    (playhouse has one too; importing its module cost 6 ms at every start.)"""
-
-    def ddl(self, ctx: Any) -> Any:
-        return pw.NodeList((super().ddl(ctx), pw.SQL("AUTOINCREMENT")))
-
-
-class _Model(pw.Model):
-    class Meta:
-        legacy_table_names = False
-
-
-class SessionRow(_Model):
-    """One conversation: ``id`` is the ``session_id``."""
-
-    id = pw.TextField(primary_key=True)
-    session_key = pw.TextField(null=True)
-    source = pw.TextField(null=True)
-    started_at = pw.FloatField()
-    ended_at = pw.FloatField(null=True)
-    end_reason = pw.TextField(null=True)
-    parent_session_id = pw.TextField(null=True)
-    message_count = pw.IntegerField(default=0)
-    input_tokens = pw.IntegerField(default=0)
-    output_tokens = pw.IntegerField(default=0)
-    last_prompt_tokens = pw.IntegerField(default=0)
-
-    class Meta:
-        table_name = "sessions"
-
-
-class MessageRow(_Model):
-    """One transcript message."""
-
-    id = AutoIncrementField()
-    session_id = pw.TextField()
-    role = pw.TextField()
-    content = pw.TextField()
-    tool_name = pw.TextField(null=True)
-    tool_calls = pw.TextField(null=True)
-    timestamp = pw.FloatField()
-    token_count = pw.IntegerField(null=True)
-    turn_token = pw.TextField(null=True)
-    is_reply = pw.IntegerField(default=0)
-
-    class Meta:
-        table_name = "messages"
-
-
-class RoutingRow(_Model):
-    """The current entry of one session key: its JSON text and its flag columns."""
-
-    session_key = pw.TextField(primary_key=True)
-    entry = pw.TextField()
-    updated_at = pw.FloatField(null=True)
-    active_turn_token = pw.TextField(null=True)
-    active_turn_started_at = pw.FloatField(null=True)
-    active_turn_internal = pw.IntegerField(default=0)
-    resume_pending = pw.IntegerField(default=0)
-    suspended = pw.IntegerField(default=0)
-
-    class Meta:
-        table_name = "routing"
-
-
-class DeliveryRow(_Model):
-    """One delivery obligation of the ledger (§7)."""
-
-    obligation_id = pw.TextField(primary_key=True)
-    session_key = pw.TextField()
-    platform = pw.TextField()
-    chat_id = pw.TextField(null=True)
-    thread_id = pw.TextField(null=True)
-    content = pw.TextField()
-    kind = pw.TextField()
-    state = pw.TextField()
-    attempts = pw.IntegerField(default=0)
-    owner_node = pw.TextField(null=True)
-    owner_boot = pw.TextField(null=True)
-    created_at = pw.FloatField()
-    updated_at = pw.FloatField()
-    last_error = pw.TextField(null=True)
-    in_reply_to = pw.TextField(null=True)
-
-    class Meta:
-        table_name = "deliveries"
-
-
-class InboxRow(_Model):
-    """One accepted inbound event (the durable inbox, §8)."""
-
-    seq = AutoIncrementField()
-    event_id = pw.TextField(unique=True)
-    session_key = pw.TextField()
-    payload = pw.TextField()
-    internal = pw.IntegerField(default=0)
-    received_at = pw.FloatField()
-    consumed_at = pw.FloatField(null=True)
-    consumed_reason = pw.TextField(null=True)
-    ingress_key = pw.TextField(null=True)
-
-    class Meta:
-        table_name = "inbox"
-
-
-class OutboxRow(_Model):
-    """One reply waiting to be read by an HTTP client (the outbox, §17.32)."""
-
-    cursor = AutoIncrementField()
-    session_key = pw.TextField()
-    platform = pw.TextField()
-    chat_id = pw.TextField(null=True)
-    thread_id = pw.TextField(null=True)
-    text = pw.TextField()
-    kind = pw.TextField()
-    created_at = pw.FloatField()
-    in_reply_to = pw.TextField(null=True)
-
-    class Meta:
-        table_name = "outbox"
-
-
-class NodeStateRow(_Model):
-    """One named value of a node's state."""
-
-    node_id = pw.TextField()
-    name = pw.TextField()
-    value = pw.TextField()
-
-    class Meta:
-        table_name = "node_state"
-        primary_key = pw.CompositeKey("node_id", "name")
-
-
-class MetaRow(_Model):
-    """One setting of the home (``node_id``)."""
-
-    name = pw.TextField(primary_key=True)
-    value = pw.TextField()
-
-    class Meta:
-        table_name = "meta"
-
-
-MODELS = (SessionRow, MessageRow, RoutingRow, DeliveryRow, InboxRow, OutboxRow, NodeStateRow,
-          MetaRow)
-
-
-class Models(NamedTuple):
-    """The models bound to one database (each ``SessionDB`` has its own set)."""
-
-    Session: Any
-    Message: Any
-    Routing: Any
-    Delivery: Any
-    Inbox: Any
-    Outbox: Any
-    NodeState: Any
-    Meta: Any
-
-
-def bind_models(database: pw.Database) -> Models:
-    """Subclasses of the models bound to ``database``, leaving the module's models unbound.
-
-    Binding per database (instead of ``Model.bind``) lets several databases be open at once,
-    e.g. the gateway's and a read-only one in the CLI, without sharing class state.
-    """
-    bound = []
-    for model in MODELS:
-        meta = type("Meta", (), {"database": database, "table_name": model._meta.table_name})
-        bound.append(type(model.__name__, (model,), {"Meta": meta, "__module__": __name__}))
-    return Models(*bound)
