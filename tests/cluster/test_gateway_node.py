@@ -159,6 +159,30 @@ class TestInboxNotices:
             notices.stop()
 
 
+    def test_a_nodes_own_accepts_wake_no_pass(self, nodes):
+        """The node reads the inbox after its own accept (that pass dispatches it), so its
+        own NOTIFY, which would wake a pass that finds nothing, is not passed on."""
+        import time
+
+        (node,), adapter = nodes(1, lease_ttl=60)
+        _wait_balanced([node])
+        notices = node.cluster.notices
+
+        def until(check) -> None:  # the notices come on a connection of their own
+            deadline = time.monotonic() + 20
+            while not check() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert check(), (notices.heard, notices.listening, node.cluster.statistics())
+
+        until(lambda: notices.listening == frozenset(range(SHARDS)))
+        own, woken = notices.own, node.cluster.statistics().woken
+        for n in range(3):
+            node.submit(_message(str(n), n))
+        _wait_replies(adapter, 3, timeout=20)  # dispatched by the passes after the accepts
+        until(lambda: notices.own == own + 3)
+        assert node.cluster.statistics().woken == woken
+
+
 class TestOutboxAcrossNodes:
     """A long poll of the outbox waits on any node: it wakes when the chat's owner, another
     node, appends the reply (NOTIFY on the outbox channel), not when its ``wait`` ends."""

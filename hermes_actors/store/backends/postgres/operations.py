@@ -123,7 +123,6 @@ _CONSUME_EVENTS = (
     " WHERE event_id = ANY(%s::text[]) AND consumed_at IS NULL"
 )
 _FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
-_NOTIFY_SHARD = "SELECT pg_notify(%s, '')"
 _NOTIFY = "SELECT pg_notify(%s, %s)"
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
@@ -443,7 +442,7 @@ class PostgresOps:
         batch.add(_FENCE_SHARD, (int(op.shard), op.owner, int(op.epoch)))
 
     def _notify_shard(self, batch: Batch, op: NotifyShard) -> None:
-        batch.add(_NOTIFY_SHARD, (inbox_channel(int(op.shard)),))
+        batch.add(_NOTIFY, (inbox_channel(int(op.shard)), op.origin))
 
     def _notify_outbox(self, batch: Batch, op: NotifyOutbox) -> None:
         batch.add(_NOTIFY, (OUTBOX_CHANNEL, outbox_notice(op.origin, op.platform, op.chat_id)))
