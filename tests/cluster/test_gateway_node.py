@@ -350,6 +350,10 @@ class TestShardReads:
                 r.session_key for r in backend.routing_rows() if shards(r.session_key))
             assert backend.shard_pending_inbox(SHARDS, sorted(wanted)) == [
                 (k, p) for k, p in backend.pending_inbox() if shards(k)]
+            # unparsed, with the ids (a pass parses only what it has not dispatched)
+            assert [(k, i) for k, i, _p in backend.shard_pending_rows(
+                SHARDS, sorted(wanted))] == [(k, f"x{k[1:]}") for k, _p in
+                                             backend.pending_inbox() if shards(k)]
 
 
 class TestStuckLoopAcrossNodes:
