@@ -159,7 +159,7 @@ class ShardHost(ShardListener):
 
     def tenure(self, shard: int) -> int | None:
         """The epoch the node holds ``shard`` under now (the fence asks), or ``None``."""
-        return self.manager.owned().get(shard) if self.manager is not None else None
+        return self.manager.tenure(shard) if self.manager is not None else None
 
     def start(self, manager: Any) -> None:
         """Run ``manager`` (joined already or not) and the worker."""

@@ -50,6 +50,9 @@ class FakeManager:
     def owned(self) -> dict[int, int]:
         return dict(self.held)
 
+    def tenure(self, shard: int) -> int | None:
+        return self.held.get(shard)
+
     def owns(self, shard: int, epoch: int | None = None) -> bool:
         return shard in self.held and (epoch is None or self.held[shard] == epoch)
 
