@@ -277,6 +277,25 @@ class TestFence:
         assert (refused.value.shard, refused.value.epoch) == (shard, epoch + 1)
         assert backend.apply([FenceShard(shard, gw.store.node_id, epoch), flags])[1] == 1
 
+    def test_one_fence_a_tenure_in_a_group_commit(self, nodes):
+        """Lists of one tenure committed together share one check (it holds the lease row
+        until the commit); a list of an ended tenure among them still fails alone."""
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        gw.submit(_message("9", 0))
+        assert gw.wait_idle(30)
+        key = gw.store.session_key_for(_message("9", 0).source)
+        shard = gw.cluster.shard_of(key)
+        epoch, node = gw.cluster.tenure(shard), gw.store.node_id
+        flags = SetRoutingFlags(key, None, None, False, False, False, None)
+        writer = gw.store.backend._writer
+        fenced = [FenceShard(shard, node, epoch), flags]
+        assert [ok for ok, _r in writer.apply_group([fenced, list(fenced)])] == [True, True]
+        stale = [FenceShard(shard, node, epoch + 1), flags]
+        done = writer.apply_group([fenced, stale, list(fenced)])
+        assert [ok for ok, _r in done] == [True, False, True]
+        assert isinstance(done[1][1], FencedError)
+
     def test_refused_write_drops_the_shard(self, nodes):
         (gw,), _ = nodes(1)
         assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
