@@ -16,8 +16,8 @@ the gateway: it hears the :class:`~hermes_actors.cluster.events.ShardListener` c
 **Order.** Per session, events are dispatched in the inbox's arrival order. A node never
 dispatches an event straight from its ``POST``: an accepted event of a serving shard makes
 the node read the unconsumed inbox (:meth:`accepted`, :meth:`catch_up`) and dispatch
-everything of its shards not dispatched yet, oldest first, so a message accepted by another node a moment
-earlier goes first. Which events were dispatched is remembered per shard and forgotten
+everything of its shards not dispatched yet, oldest first, so a message accepted by another
+node a moment earlier goes first. Which events were dispatched is remembered per shard and forgotten
 once a later read no longer finds them unconsumed. Passes (a read and its dispatch) run one
 at a time: two reads on two pooled connections may run in either order on the server, and
 a consumed event forgotten after the newer read must not be dispatched again from the
@@ -347,7 +347,8 @@ class ShardHost(ShardListener):
                     unconsumed[shard].add(event_id)
                     if event_id in self._dispatched[shard]:
                         continue
-                    if event is None:  # known at the read: its shard was reset since
+                    if event is None:  # known at the read, forgotten since (passes are
+                        self._wake.set()  # serial, so not expected): parsed next pass
                         continue
                     future = self._dispatch(key, event, event_id == refusable)
                     if event_id == refusable:
@@ -419,5 +420,3 @@ class ShardHost(ShardListener):
     def _notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
-
-
