@@ -41,4 +41,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "single-node recovery", 900, postgres=True),
     Scenario("cluster-scaling", "CPU per turn and throughput, 2 nodes vs a one-node cluster",
              900, postgres=True),
+    Scenario("cluster-cost", "a one-node cluster vs a single gateway on one server: "
+             "throughput, CPU and WAL flushes a turn, the idle node's cost", 600,
+             postgres=True),
 )

@@ -64,12 +64,19 @@ _ANSWERED = ("SELECT count(*) FROM outbox, unnest(string_to_array(in_reply_to, '
 
 
 class _Config:
-    """``count`` nodes on a fresh database of their own, split and serving."""
+    """``count`` nodes on a fresh database of their own, split and serving; with
+    ``cluster=False`` one single gateway (no cluster) instead."""
 
-    def __init__(self, base: Path, dsn: str, count: int, sessions: int) -> None:
+    def __init__(self, base: Path, dsn: str, count: int, sessions: int, *,
+                 cluster: bool = True) -> None:
         self.dsn = dsn
-        env = node_env(dsn, cluster=True, agent="echo", shards=SHARDS)
+        env = node_env(dsn, cluster=cluster, agent="echo", shards=SHARDS)
         self.nodes: list[NodeProcess] = []
+        if not cluster:
+            self.nodes.append(NodeProcess(base / "single", env))
+            self.server = pgserver.ServerCPU(dsn)
+            self.owner = dict.fromkeys(range(sessions), self.nodes[0].port)
+            return
         for i in range(count):
             self.nodes.append(NodeProcess(base / f"node{i}", env))
             node = self.nodes[-1]
@@ -268,17 +275,20 @@ def _closed(config: _Config, sessions: int, window: float) -> Any:
 
 
 def _setup(stack: contextlib.ExitStack, base: Path, count: int, sessions: int,
-           progress: Progress) -> _Config:
-    """A fresh database with the fixture, ``count`` nodes on it, every session warm."""
+           progress: Progress, *, cluster: bool = True) -> _Config:
+    """A fresh database with the fixture, ``count`` nodes on it (``cluster=False``: a
+    single gateway), every session warm."""
+    what = f"{count} node(s)" if cluster else "single gateway"
     dsn = stack.enter_context(pgserver.database())
-    progress.update(f"{count} node(s): fixture of {sessions:,} sessions", force=True)
+    progress.update(f"{what}: fixture of {sessions:,} sessions", force=True)
     build_fixture(dsn, sessions, markers=0, replied=0, now=time.time(),
                   numbers=list(range(sessions)), platform=PLATFORM)
-    config = _Config(base / f"n{count}", dsn, count, sessions)
+    config = _Config(base / (f"n{count}" if cluster else "single"), dsn, count, sessions,
+                     cluster=cluster)
     stack.callback(config.close)
     # every session's actor started and its agent cached: measured turns are turns of
     # live sessions, not their first turn in the process
-    _measure(config, _warm_up(config, sessions), progress, f"{count} node(s), warm-up")
+    _measure(config, _warm_up(config, sessions), progress, f"{what}, warm-up")
     return config
 
 

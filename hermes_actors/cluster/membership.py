@@ -131,8 +131,18 @@ class LeaseManager:
 
     def owns(self, shard: int, epoch: int | None = None) -> bool:
         """Whether ``shard`` is held now (under ``epoch``, when given)."""
-        held = self.owned().get(shard)
+        held = self.tenure(shard)
         return held is not None and (epoch is None or held == epoch)
+
+    def tenure(self, shard: int) -> int | None:
+        """``owned().get(shard)``, without building the whole table (asked several times a
+        turn: the fence, the host's dispatch)."""
+        now = self._monotonic()
+        with self._state:
+            held = self._held.get(shard)
+            if held is None or held.deadline <= now or held.ready:
+                return None
+            return held.epoch
 
     def holds(self, shard: int, epoch: int) -> bool:
         """Whether tenure ``epoch`` of ``shard`` is still in the manager's table, whatever

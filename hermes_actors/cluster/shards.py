@@ -42,11 +42,25 @@ def check_shard_count(shards: int) -> int:
     return shards
 
 
+#: Keys whose shard was computed, and it (``(key, shards) -> shard``): a node asks for the
+#: shard of a session several times a turn (its dispatch, the fence, the notice). Emptied
+#: when it holds :data:`_CACHED` keys.
+_SHARDS: dict[tuple[str, int], int] = {}
+_CACHED = 65_536
+
+
 def shard_of(session_key: str, shards: int) -> int:
     """The shard (``0 <= shard < shards``) of ``session_key`` (see the module docstring)."""
     check_shard_count(shards)
+    found = _SHARDS.get((session_key, shards))
+    if found is not None:
+        return found
     digest = hashlib.sha256(session_key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") % shards
+    shard = int.from_bytes(digest[:4], "big") % shards
+    if len(_SHARDS) >= _CACHED:
+        _SHARDS.clear()
+    _SHARDS[(session_key, shards)] = shard
+    return shard
 
 
 @dataclass(frozen=True)

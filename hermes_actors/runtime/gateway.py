@@ -545,7 +545,12 @@ class Gateway:
         try:
             store = self.store
             key = store.session_key_for(event.source)
-            first = store.accept_event(key, event)
+            try:
+                first = store.accept_event(key, event)
+            except BaseException:
+                if self.cluster is not None:  # it may have committed: its notice is ours
+                    self.cluster.wake()
+                raise
             if first != event.event_id:
                 return Admission(first, key, duplicate=True)
             crashpoint("after_message_accepted")  # durable, not yet acknowledged
@@ -554,11 +559,10 @@ class Gateway:
                 # Durable in the shared inbox: its shard's owner dispatches it, in arrival
                 # order (here now when this node serves the shard, else the owner, woken by
                 # the accept's NOTIFY or at its poll).
-                if self.cluster.serves(key):
-                    try:
-                        answer = self.cluster.catch_up(event.event_id if refusable else None)
-                    except Exception:  # noqa: BLE001 - it is durable: the next poll takes it
-                        log.exception("event=cluster_dispatch_failed session_key=%s", key)
+                try:
+                    answer = self.cluster.accepted(key, event.event_id if refusable else None)
+                except Exception:  # noqa: BLE001 - it is durable: the next pass takes it
+                    log.exception("event=cluster_dispatch_failed session_key=%s", key)
             else:
                 with self._lock:
                     if counted and not refusable:  # (admit() still withdraws a refusal)

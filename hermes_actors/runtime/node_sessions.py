@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import pykka
@@ -83,7 +83,9 @@ def start_node(gateway: Any, lock: Any) -> ShardHost:
 
     host.notices = InboxNotices(dsn, host.notice, wait=cluster.heartbeat,
                                 on_outbox=outbox_heard if outboxes else None, origin=origin)
-    store.announce = lambda key: NotifyShard(host.shard_of(key))
+    # the payload names this process: its own accepts' notices are skipped (it reads the
+    # inbox after each accept itself: ShardHost.accepted)
+    store.announce = lambda key: NotifyShard(host.shard_of(key), origin)
     store.outbox_notice = lambda op: NotifyOutbox(op.platform, op.chat_id, origin)
     # Adapters that pull from their platform (Telegram) poll only while this node holds
     # their lease; sending through them stays on every node.
@@ -147,6 +149,12 @@ class NodeSessions:
         """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
         self._usable()
         return self._gw.store.pending_inbox(shards)
+
+    def pending_events(self, shards: ShardSet, known: Container[str]
+                       ) -> list[tuple[str, str, MessageEvent | None]]:
+        """:meth:`pending_inbox` with the events of ``known`` ids left unparsed."""
+        self._usable()
+        return self._gw.store.pending_events(shards, known)
 
     def _usable(self) -> None:
         """Refuse at once during an outage of the database server: the gateway is being

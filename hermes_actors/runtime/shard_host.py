@@ -15,9 +15,9 @@ the gateway: it hears the :class:`~hermes_actors.cluster.events.ShardListener` c
 
 **Order.** Per session, events are dispatched in the inbox's arrival order. A node never
 dispatches an event straight from its ``POST``: an accepted event of a serving shard makes
-the node read the unconsumed inbox (:meth:`catch_up`) and dispatch everything of its
-shards not dispatched yet, oldest first, so a message accepted by another node a moment
-earlier goes first. Which events were dispatched is remembered per shard and forgotten
+the node read the unconsumed inbox (:meth:`accepted`, :meth:`catch_up`) and dispatch
+everything of its shards not dispatched yet, oldest first, so a message accepted by another
+node a moment earlier goes first. Which events were dispatched is remembered per shard and forgotten
 once a later read no longer finds them unconsumed. Passes (a read and its dispatch) run one
 at a time: two reads on two pooled connections may run in either order on the server, and
 a consumed event forgotten after the newer read must not be dispatched again from the
@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, NamedTuple, Protocol
 
 from hermes_actors._green import spawn
@@ -60,6 +60,11 @@ class ShardGateway(Protocol):
 
     def pending_inbox(self, shards: ShardSet) -> list[tuple[str, MessageEvent]]:
         """The unconsumed inbox events of ``shards``' sessions, in arrival order."""
+
+    def pending_events(self, shards: ShardSet, known: Container[str]
+                       ) -> list[tuple[str, str, MessageEvent | None]]:
+        """The same as ``(session_key, event_id, event)``, ``event`` not parsed (``None``)
+        for the ids in ``known``."""
 
     def dispatch(self, key: str, event: MessageEvent, refusable: bool) -> Any:
         """Hand ``event`` to its session actor (called under the gateway's lock)."""
@@ -156,7 +161,7 @@ class ShardHost(ShardListener):
 
     def tenure(self, shard: int) -> int | None:
         """The epoch the node holds ``shard`` under now (the fence asks), or ``None``."""
-        return self.manager.owned().get(shard) if self.manager is not None else None
+        return self.manager.tenure(shard) if self.manager is not None else None
 
     def lease_snapshot(self) -> tuple[Any, str]:
         """The lease table as of now (a ``ClusterSnapshot``: nodes, shard and adapter
@@ -186,6 +191,27 @@ class ShardHost(ShardListener):
             self.notices.stop()
         self._worker_done.wait(10.0)
         return left
+
+    def accepted(self, session_key: str, refusable: str | None = None) -> Any:
+        """The node committed an accept of an event of ``session_key``: when it serves the
+        session's shard, a pass now (:meth:`catch_up`; its answer). The node does not hear
+        its own accepts' notices (``InboxNotices`` skips them: this pass finds what they
+        would wake one for), so where this pass does not run for them the worker does:
+        when the pass fails, and when the shard is listened to but not served at this
+        instant (its lease's local deadline passed while a renewal is in flight)."""
+        if self.serves(session_key):
+            try:
+                return self.catch_up(refusable)
+            except BaseException:
+                self.wake()
+                raise
+        if self.shard_of(session_key) in self._serving:
+            self.wake()
+        return None
+
+    def wake(self) -> None:
+        """Run a pass soon, on the worker (an accept of this node may be unread)."""
+        self._wake.set()
 
     def notice(self, shard: int | None) -> None:
         """New inbox rows (of ``shard``; ``None``: of any shard served): run a pass now."""
@@ -319,22 +345,27 @@ class ShardHost(ShardListener):
         with self._passes:
             with self._lock:
                 serving = self.belongs()
+                # the events dispatched already are not parsed again (their ids are enough)
+                known = set().union(*self._dispatched.values())
             if not serving.wanted:
                 return None
-            pending = self._gateway.pending_inbox(serving)
+            pending = self._gateway.pending_events(serving, known)
             answer = None
             with self._lock:
                 held = self.belongs().wanted & serving.wanted  # lost meanwhile: not
                 unconsumed: dict[int, set[str]] = {shard: set() for shard in held}
-                for key, event in pending:
+                for key, event_id, event in pending:
                     shard = self.shard_of(key)
                     if shard not in held:
                         continue
-                    unconsumed[shard].add(event.event_id)
-                    if event.event_id in self._dispatched[shard]:
+                    unconsumed[shard].add(event_id)
+                    if event_id in self._dispatched[shard]:
                         continue
-                    future = self._dispatch(key, event, event.event_id == refusable)
-                    if event.event_id == refusable:
+                    if event is None:  # known at the read, forgotten since (passes are
+                        self._wake.set()  # serial, so not expected): parsed next pass
+                        continue
+                    future = self._dispatch(key, event, event_id == refusable)
+                    if event_id == refusable:
                         answer = future
                 for shard, still in unconsumed.items():
                     # consumed (or withdrawn) events are never pending again
@@ -403,4 +434,3 @@ class ShardHost(ShardListener):
     def _notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
-

@@ -6,8 +6,10 @@ carrying a platform ``message_id`` is accepted once (its ``ingress_key`` is uniq
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
+from typing import Any
 
 from hermes_actors.cluster.shards import ShardSet
 from hermes_actors.model.entry import validate_session_key
@@ -86,6 +88,33 @@ class Inbox:
                 out.append((key, MessageEvent.from_dict(payload)))
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("inbox event for %s cannot be replayed: %s", key, exc)
+        return out
+
+    def pending_events(self, shards: ShardSet, known: Container[str]
+                       ) -> list[tuple[str, str, MessageEvent | None]]:
+        """:meth:`pending_inbox` of ``shards`` as ``(session_key, event_id, event)``, where
+        ``event`` is ``None`` for the ids in ``known`` (not parsed: a cluster node's pass
+        has dispatched them, and needs only to see that they are still unconsumed). An event
+        that no longer parses is skipped with a warning, as there."""
+        def question(backend: Backend) -> list[tuple[str, str, Any]]:
+            rows = getattr(backend, "shard_pending_rows", None)  # ShardReads (a runtime
+            if rows is not None:  # protocol's isinstance costs more than the read's parse)
+                return rows(shards.total, sorted(shards.wanted))
+            return [(k, str(p.get("event_id", "")), p) for k, p in backend.pending_inbox()
+                    if shards(k)]
+
+        out: list[tuple[str, str, MessageEvent | None]] = []
+        for key, event_id, payload in self._core.read(question):
+            if event_id in known:
+                out.append((key, event_id, None))
+                continue
+            try:
+                parsed = json.loads(payload) if isinstance(payload, str) else payload
+                event = MessageEvent.from_dict(parsed)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("inbox event for %s cannot be replayed: %s", key, exc)
+                continue
+            out.append((key, event.event_id, event))
         return out
 
     def inbox_prune(self, max_age_days: float = 7) -> int:

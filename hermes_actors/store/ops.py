@@ -337,9 +337,11 @@ class FenceShard:
 class NotifyShard:
     """Tell the nodes listening on ``shard``'s inbox channel, once the transaction commits,
     that its inbox has a new row (PostgreSQL ``NOTIFY``; only a cluster node adds it, next
-    to an ``AcceptEvent``)."""
+    to an ``AcceptEvent``). ``origin`` (the payload) names the accepting node's process,
+    which reads the inbox after its own accepts and so skips its own notices."""
 
     shard: int
+    origin: str = ""
 
 
 @dataclass

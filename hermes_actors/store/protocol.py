@@ -182,6 +182,11 @@ class ShardReads(Protocol):
         """``pending_inbox`` for the sessions of the ``wanted`` shards."""
         ...
 
+    def shard_pending_rows(self, shards: int, wanted: list[int]
+                           ) -> list[tuple[str, str, str]]:
+        """``shard_pending_inbox`` unparsed: ``(session_key, event_id, payload text)``."""
+        ...
+
 
 @runtime_checkable
 class DatabaseTools(Backend, Protocol):

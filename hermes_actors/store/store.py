@@ -16,7 +16,7 @@ keep the flat API §17.15 pins.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from hermes_actors.cluster.shards import ShardSet
@@ -408,6 +408,13 @@ class SessionStore:
         """Unconsumed events as ``(session_key, event)`` in their original arrival
         order (of the sessions of ``shards`` only, when given: a cluster node)."""
         return self._inbox.pending_inbox(shards)
+
+    def pending_events(self, shards: ShardSet, known: Container[str]
+                       ) -> list[tuple[str, str, MessageEvent | None]]:
+        """The unconsumed events of ``shards``' sessions in arrival order as
+        ``(session_key, event_id, event)``; ``event`` is ``None`` (not parsed) for the ids
+        in ``known``."""
+        return self._inbox.pending_events(shards, known)
 
     def inbox_prune(self, max_age_days: float = 7) -> int:
         """Delete inbox rows consumed more than ``max_age_days`` ago; returns the count."""

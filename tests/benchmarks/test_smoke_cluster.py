@@ -20,7 +20,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ["cluster-handover", "cluster-scaling"]
+NAMES = ["cluster-handover", "cluster-scaling", "cluster-cost"]
 
 
 def _number(x: object) -> bool:
@@ -45,7 +45,7 @@ def _figures(data, name):
 
 
 class TestQuickClusterRun:
-    """``python -m benchmarks --quick cluster-handover cluster-scaling``."""
+    """``python -m benchmarks --quick cluster-handover cluster-scaling cluster-cost``."""
 
     def test_both_ran_with_numeric_figures(self, report):
         data, stdout = report
@@ -82,6 +82,20 @@ class TestQuickClusterRun:
             assert figs[key]["value"] > 0 and figs[key]["baseline"] > 0, key
         assert figs["cpu_per_turn"]["value"] == pytest.approx(
             figs["cpu_nodes"]["value"] + figs["cpu_server"]["value"])
+
+    def test_cost_against_a_single_gateway(self, report):
+        data, _ = report
+        figs = _figures(data, "cluster-cost")
+        assert figs["max"]["target"] == {"op": ">=", "value": 0.7, "on": "ratio"}
+        assert figs["max_cpu"]["target"] == {"op": "<=", "value": 1.5, "on": "ratio"}
+        assert figs["max_flushes"]["target"] == {"op": "<=", "value": 2.0, "on": "value"}
+        for key in ("max", "max_cpu", "max_flushes", "paced_cpu"):
+            assert figs[key]["baseline_label"].startswith("single gateway"), key
+            assert figs[key]["value"] > 0 and figs[key]["baseline"] > 0, key
+        assert figs["max_cpu"]["value"] == pytest.approx(
+            figs["max_cpu_node"]["value"] + figs["max_cpu_server"]["value"])
+        assert figs["idle_commits"]["unit"] == "commits/s"
+        assert figs["duplicated"]["value"] == 0
 
     def test_no_node_process_is_left(self, report):
         data, _ = report

@@ -160,6 +160,30 @@ class TestInboxNotices:
             notices.stop()
 
 
+    def test_a_nodes_own_accepts_wake_no_pass(self, nodes):
+        """The node reads the inbox after its own accept (that pass dispatches it), so its
+        own NOTIFY, which would wake a pass that finds nothing, is not passed on."""
+        import time
+
+        (node,), adapter = nodes(1, lease_ttl=60)
+        _wait_balanced([node])
+        notices = node.cluster.notices
+
+        def until(check) -> None:  # the notices come on a connection of their own
+            deadline = time.monotonic() + 20
+            while not check() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert check(), (notices.heard, notices.listening, node.cluster.statistics())
+
+        until(lambda: notices.listening == frozenset(range(SHARDS)))
+        own, woken = notices.own, node.cluster.statistics().woken
+        for n in range(3):
+            node.submit(_message(str(n), n))
+        _wait_replies(adapter, 3, timeout=20)  # dispatched by the passes after the accepts
+        until(lambda: notices.own == own + 3)
+        assert node.cluster.statistics().woken == woken
+
+
 class TestOutboxAcrossNodes:
     """A long poll of the outbox waits on any node: it wakes when the chat's owner, another
     node, appends the reply (NOTIFY on the outbox channel), not when its ``wait`` ends."""
@@ -254,6 +278,25 @@ class TestFence:
         assert (refused.value.shard, refused.value.epoch) == (shard, epoch + 1)
         assert backend.apply([FenceShard(shard, gw.store.node_id, epoch), flags])[1] == 1
 
+    def test_one_fence_a_tenure_in_a_group_commit(self, nodes):
+        """Lists of one tenure committed together share one check (it holds the lease row
+        until the commit); a list of an ended tenure among them still fails alone."""
+        (gw,), _ = nodes(1)
+        assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
+        gw.submit(_message("9", 0))
+        assert gw.wait_idle(30)
+        key = gw.store.session_key_for(_message("9", 0).source)
+        shard = gw.cluster.shard_of(key)
+        epoch, node = gw.cluster.tenure(shard), gw.store.node_id
+        flags = SetRoutingFlags(key, None, None, False, False, False, None)
+        writer = gw.store.backend._writer
+        fenced = [FenceShard(shard, node, epoch), flags]
+        assert [ok for ok, _r in writer.apply_group([fenced, list(fenced)])] == [True, True]
+        stale = [FenceShard(shard, node, epoch + 1), flags]
+        done = writer.apply_group([fenced, stale, list(fenced)])
+        assert [ok for ok, _r in done] == [True, False, True]
+        assert isinstance(done[1][1], FencedError)
+
     def test_refused_write_drops_the_shard(self, nodes):
         (gw,), _ = nodes(1)
         assert gw.cluster.wait_for(lambda s: s.serving == SHARDS, timeout=30)
@@ -327,6 +370,10 @@ class TestShardReads:
                 r.session_key for r in backend.routing_rows() if shards(r.session_key))
             assert backend.shard_pending_inbox(SHARDS, sorted(wanted)) == [
                 (k, p) for k, p in backend.pending_inbox() if shards(k)]
+            # unparsed, with the ids (a pass parses only what it has not dispatched)
+            assert [(k, i) for k, i, _p in backend.shard_pending_rows(
+                SHARDS, sorted(wanted))] == [(k, f"x{k[1:]}") for k, _p in
+                                             backend.pending_inbox() if shards(k)]
 
 
 class TestStuckLoopAcrossNodes:

@@ -50,6 +50,9 @@ class FakeManager:
     def owned(self) -> dict[int, int]:
         return dict(self.held)
 
+    def tenure(self, shard: int) -> int | None:
+        return self.held.get(shard)
+
     def owns(self, shard: int, epoch: int | None = None) -> bool:
         return shard in self.held and (epoch is None or self.held[shard] == epoch)
 
@@ -66,6 +69,7 @@ class FakeGateway:
         self.stopped: list[str] = []
         self.recovered: list[frozenset[str]] = []
         self.before_read = None  # called inside pending_inbox, before it answers
+        self.parsed = 0  # events a pass parsed (pending_events: the ids not known)
 
     def recover_sessions(self, belongs):
         self.recovered.append(frozenset(k for k, _ in self.inbox if belongs(k)))
@@ -77,6 +81,11 @@ class FakeGateway:
             hook, self.before_read = self.before_read, None
             hook()
         return snapshot
+
+    def pending_events(self, shards, known):
+        self.parsed += sum(1 for _k, e in self.inbox if shards(_k) and e.event_id not in known)
+        return [(k, e.event_id, None if e.event_id in known else e)
+                for k, e in self.pending_inbox(shards)]
 
     def dispatch(self, key, event, refusable):
         self.dispatched.append((key, event.text))
@@ -108,6 +117,51 @@ def _gain(made, manager, shard: int, epoch: int = 1) -> None:
 
 class TestDispatch:
     """Events of served shards are dispatched once each, in arrival order."""
+
+    def test_a_pass_parses_only_what_it_has_not_dispatched(self, host):
+        made, gw, manager = host
+        a = _key_in(0)
+        gw.inbox = [(a, _event("1")), (a, _event("2"))]
+        _gain(made, manager, 0)
+        made.catch_up()
+        parsed = gw.parsed
+        gw.inbox.append((a, _event("3")))
+        made.catch_up()
+        assert gw.parsed == parsed + 1  # the new one; "1" and "2" are known by their ids
+        assert gw.dispatched == [(a, "1"), (a, "2"), (a, "3")]
+
+    def test_an_accept_of_a_served_shard_is_dispatched_by_its_own_pass(self, host):
+        made, gw, manager = host
+        a, b = _key_in(0), _key_in(1)
+        _gain(made, manager, 0)
+        made._wake.clear()
+        gw.inbox.append((a, _event("1")))
+        made.accepted(a)
+        assert gw.dispatched == [(a, "1")]
+        gw.inbox.append((b, _event("2")))
+        made.accepted(b)  # another node's shard: its owner hears the NOTIFY
+        assert gw.dispatched == [(a, "1")]
+        assert not made._wake.is_set()
+
+    def test_an_accept_the_pass_cannot_take_wakes_the_worker(self, host):
+        made, gw, manager = host
+        a = _key_in(0)
+        _gain(made, manager, 0)
+        del manager.held[0]  # its local deadline passed, a renewal in flight
+        made._wake.clear()
+        gw.inbox.append((a, _event("1")))
+        assert made.accepted(a) is None
+        assert made._wake.is_set()  # its own notice is skipped: the worker's pass instead
+        manager.held[0] = 1
+        made._wake.clear()
+
+        def broken(*_args):
+            raise RuntimeError("the read failed")
+
+        gw.pending_events = broken
+        with pytest.raises(RuntimeError):
+            made.accepted(a)
+        assert made._wake.is_set()
 
     def test_recovery_replays_the_inbox_then_serves(self, host):
         made, gw, manager = host

@@ -150,6 +150,15 @@ class Batch:
         self._begun = False
         #: The results of the statements sent so far, in order (``BEGIN``'s not counted).
         self.results: list[Result] = []
+        self._once: set[Any] = set()
+
+    def first(self, key: Any) -> bool:
+        """Whether ``key`` is new to this transaction (then remembered): a statement whose
+        effect lasts until the transaction ends (a row lock, a ``NOTIFY``) is sent once."""
+        if key in self._once:
+            return False
+        self._once.add(key)
+        return True
 
     def add(self, sql: str, params: Any = None) -> int:
         """Add a statement; returns its index among the batch's results."""

@@ -9,6 +9,11 @@ only a wake-up: what to dispatch is always read from the inbox, so a notificatio
 the poll stays as the net, and every change of the channels listened to, and every new
 connection, is reported as a wake-up too (rows may have come meanwhile).
 
+A notice names the process that accepted the row (``NotifyShard.origin``, the payload).
+One of the node's own (``origin``) is not passed on: the node reads the inbox itself after
+each of its own accepts (:meth:`~hermes_actors.runtime.shard_host.ShardHost.accepted`), so
+the pass the notice would wake finds nothing (on a one-node cluster, every other pass).
+
 One loop (a greenlet under gevent, a thread otherwise) owns the connection: it applies the
 wanted channels (``LISTEN``/``UNLISTEN``), then waits for notifications up to ``wait``
 seconds, and again. Rejected: one channel for all shards with the shard as payload (every
@@ -49,8 +54,9 @@ _PREFIX = inbox_channel(0)[:-1]
 
 class InboxNotices:
     """Listens on the inbox channels of the shards :meth:`want` names; calls
-    ``on_notice(shard)`` for each notification, ``on_notice(None)`` when rows may have been
-    missed (a new connection, new channels). With ``on_outbox``, also on the outbox channel:
+    ``on_notice(shard)`` for each notification from another process than ``origin`` (its
+    own are counted in :attr:`own`), ``on_notice(None)`` when rows may have been missed (a
+    new connection, new channels). With ``on_outbox``, also on the outbox channel:
     ``on_outbox(platform, chat_id)`` for each append another process than ``origin`` made,
     ``on_outbox(None, None)`` after each new connection."""
 
@@ -69,6 +75,10 @@ class InboxNotices:
         self._finished = threading.Event()
         #: Notifications heard since start.
         self.heard = 0
+        #: Inbox notifications of this process's own accepts, not passed on.
+        self.own = 0
+        #: The shards whose channels the connection listens on now.
+        self.listening: frozenset[int] = frozenset()
 
     def want(self, shards: Iterable[int]) -> None:
         """Listen on the channels of ``shards`` (and no others) from the next loop on."""
@@ -92,6 +102,7 @@ class InboxNotices:
                 try:
                     if conn is None or conn.closed or conn.broken:
                         conn, listening = self._server.connect(), frozenset()
+                        self.listening = listening
                         if self._on_outbox is not None:
                             conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
                             self._on_outbox(None, None)  # appends may have come meanwhile
@@ -102,12 +113,14 @@ class InboxNotices:
                             conn.execute(f"UNLISTEN {inbox_channel(shard)}")
                         for shard in sorted(wanted - listening):
                             conn.execute(f"LISTEN {inbox_channel(shard)}")
-                        listening = wanted
+                        listening = self.listening = wanted
                         self._on_notice(None)  # rows may have come before the LISTEN
                     for notice in conn.notifies(timeout=self._wait):
                         self.heard += 1
                         if notice.channel == OUTBOX_CHANNEL:
                             self._outbox(notice.payload)
+                        elif self._origin and notice.payload == self._origin:
+                            self.own += 1
                         else:
                             self._on_notice(_shard(notice.channel))
                 except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure

@@ -131,7 +131,6 @@ _CONSUME_EVENTS = (
     " WHERE event_id = ANY(%s::text[]) AND consumed_at IS NULL"
 )
 _FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
-_NOTIFY_SHARD = "SELECT pg_notify(%s, '')"
 _NOTIFY = "SELECT pg_notify(%s, %s)"
 _LEDGER_RECORD = (
     "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
@@ -464,10 +463,18 @@ class PostgresOps:
 
     def _fence_shard(self, batch: Batch, op: FenceShard) -> None:
         # Raises FENCED_SQLSTATE in the server, failing the list (Server.rejected names it).
-        batch.add(_FENCE_SHARD, (int(op.shard), op.owner, int(op.epoch)))
+        # Once per tenure and transaction (a group commit holds several lists of a shard):
+        # the first check holds the lease row until the transaction ends, and its failure
+        # fails the whole transaction, after which each list is replayed alone, fenced.
+        params = (int(op.shard), op.owner, int(op.epoch))
+        if batch.first(("fence", *params)):
+            batch.add(_FENCE_SHARD, params)
 
     def _notify_shard(self, batch: Batch, op: NotifyShard) -> None:
-        batch.add(_NOTIFY_SHARD, (inbox_channel(int(op.shard)),))
+        # the server delivers the same notice of one transaction once anyway
+        params = (inbox_channel(int(op.shard)), op.origin)
+        if batch.first(("notify", *params)):
+            batch.add(_NOTIFY, params)
 
     def _notify_outbox(self, batch: Batch, op: NotifyOutbox) -> None:
         batch.add(_NOTIFY, (OUTBOX_CHANNEL, outbox_notice(op.origin, op.platform, op.chat_id)))

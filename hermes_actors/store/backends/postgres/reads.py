@@ -220,11 +220,22 @@ class Reads:
     def shard_pending_inbox(self, shards: int, wanted: list[int]
                             ) -> list[tuple[str, dict[str, Any]]]:
         """:meth:`pending_inbox` of the sessions of the ``wanted`` shards."""
-        rows = self._read(lambda cur: cur.execute(
-            "SELECT session_key, payload FROM inbox WHERE consumed_at IS NULL"
+        return [(key, json.loads(payload))
+                for key, _id, payload in self.shard_pending_rows(shards, wanted)]
+
+    def shard_pending_rows(self, shards: int, wanted: list[int]
+                           ) -> list[tuple[str, str, str]]:
+        """:meth:`shard_pending_inbox` unparsed: ``(session_key, event_id, payload text)``
+        (a cluster node's pass parses only the events it has not dispatched yet). Of every
+        shard (a node alone in its cluster), no row's shard is computed."""
+        if len(set(wanted)) >= shards:
+            return self._read(lambda cur: cur.execute(
+                "SELECT session_key, event_id, payload FROM inbox WHERE consumed_at IS NULL"
+                " ORDER BY seq").fetchall())
+        return self._read(lambda cur: cur.execute(
+            "SELECT session_key, event_id, payload FROM inbox WHERE consumed_at IS NULL"
             " AND cluster_shard(session_key, %s) = ANY(%s::integer[]) ORDER BY seq",
             (shards, list(wanted))).fetchall())
-        return [(key, json.loads(payload)) for key, payload in rows]
 
     def ledger_counts(self) -> dict[str, int]:
         """How many ledger rows are in each state."""
