@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 import wsgiref.simple_server
 from types import SimpleNamespace
 
@@ -23,6 +22,7 @@ from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource,
 from hermes_actors.adapters.http import HttpApi
 from hermes_actors.cli import main
 from hermes_actors.cluster.control import control_event
+from hermes_actors.testing import wait_until
 
 SHARDS = 4
 ADMIN = "admin-t0ken"
@@ -46,13 +46,6 @@ def _call(api: HttpApi, path: str, *, method: str = "GET", query: str = "") -> t
 def _path(key: str, action: str = "") -> str:
     # (a WSGI server hands the path over percent-decoded: the key as it is)
     return "/v1/admin/sessions/" + key + (f"/{action}" if action else "")
-
-
-def _until(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 def _source(chat: str) -> SessionSource:
@@ -104,8 +97,8 @@ def pair(postgres_server, tmp_path_factory):
 class TestEveryNodeAnswers:
     def test_list_show_and_cancel_from_a_node_that_does_not_serve_the_session(self, pair):
         running = pair.other.submit(MessageEvent(source=_source(pair.chat), text="sleep 60"))
-        _until(lambda: getattr(pair.owner.session_statistics(pair.key), "running", False),
-               "the turn running on its owner")
+        wait_until(lambda: getattr(pair.owner.session_statistics(pair.key), "running", False),
+                   30, 0.05, "the turn running on its owner")
         queued = pair.other.submit(MessageEvent(source=_source(pair.chat), text="after"))
         assert pair.other.session_statistics(pair.key) is None  # no actor on this node
 
@@ -115,8 +108,8 @@ class TestEveryNodeAnswers:
             assert status == 200
             return {s["session_key"]: s for s in body["sessions"]}
 
-        _until(lambda: listed().get(pair.key, {}).get("queue_depth") == 1,
-               "the message behind the running turn in the owner's inbox")
+        wait_until(lambda: listed().get(pair.key, {}).get("queue_depth") == 1,
+                   30, 0.05, "the message behind the running turn in the owner's inbox")
         summary = listed()[pair.key]
         assert summary["running"] is True and summary["chat_id"] == pair.chat
         status, shown = _call(pair.other_api, _path(pair.key))
@@ -126,8 +119,8 @@ class TestEveryNodeAnswers:
         before = len(pair.adapter.sent)
         status, body = _call(pair.other_api, _path(pair.key, "cancel"), method="POST")
         assert status == 202 and body["event_id"]
-        _until(lambda: any(m.text == "Stopped" for m in pair.adapter.sent[before:]),
-               "the owner stopped the turn")
+        wait_until(lambda: any(m.text == "Stopped" for m in pair.adapter.sent[before:]),
+                   30, 0.05, "the owner stopped the turn")
         [stopped] = [m for m in pair.adapter.sent[before:] if m.text == "Stopped"]
         assert running in stopped.in_reply_to and stopped.final
         # as the chat's /stop: the follow-up in the slot is discarded, and named too
@@ -136,19 +129,20 @@ class TestEveryNodeAnswers:
 
     def test_unsuspend_is_carried_to_the_owner(self, pair):
         pair.other.submit(MessageEvent(source=_source(pair.chat), text="hi"))
-        _until(lambda: "echo: hi" in pair.adapter.texts(pair.chat), "the owner's answer")
+        wait_until(lambda: "echo: hi" in pair.adapter.texts(pair.chat), 30, 0.05,
+                   "the owner's answer")
         assert pair.owner.store.suspend_session(pair.key)
         status, body = _call(pair.other_api, "/v1/admin/sessions", query="state=suspended")
         assert [s["session_key"] for s in body["sessions"]] == [pair.key]
 
         status, body = _call(pair.other_api, _path(pair.key, "unsuspend"), method="POST")
         assert status == 202 and body["forwarded"] is True and body["action"] == "unsuspend"
-        _until(lambda: not pair.owner.store.get(pair.key).suspended,
-               "the owner cleared the suspension")
+        wait_until(lambda: not pair.owner.store.get(pair.key).suspended,
+                   30, 0.05, "the owner cleared the suspension")
         # it went through the shared inbox, and was consumed there by the owner
-        _until(lambda: pair.owner.store.backend.sql(
+        wait_until(lambda: pair.owner.store.backend.sql(
             "SELECT consumed_reason FROM inbox WHERE event_id = %s",
-            (body["event_id"],)) == [("operator",)], "the control event consumed")
+            (body["event_id"],)) == [("operator",)], 30, 0.05, "the control event consumed")
         assert not pair.other.store.stored_entries(pair.key)[0].suspended
         # no turn, no message: the chat was told nothing
         assert pair.owner.wait_idle(30)
