@@ -1,4 +1,5 @@
-"""``scripts/http_instructions.py``: instructions per HTTP turn from two runs, clear refusals."""
+"""``scripts/http_instructions.py``: its runs per load, clear refusals (one turn from two
+runs: ``test_callgrind``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,6 @@ import pytest
 @pytest.fixture(scope="module")
 def script(load_script):
     return load_script("http_instructions")
-
-
-def test_one_turn_is_the_difference_over_the_extra_turns(script):
-    assert script.per_turn((300, 500 + 300 * 7), (900, 500 + 900 * 7)) == 7
-    with pytest.raises(ValueError):
-        script.per_turn((900, 1), (300, 2))
 
 
 def test_every_load_has_its_raw_bound_with_the_same_runs(script):

@@ -1,4 +1,5 @@
-"""``scripts/turn_instructions.py``: instructions per turn from two sizes, clear refusals."""
+"""``scripts/turn_instructions.py``: clear refusals (one turn from two sizes:
+``test_callgrind``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,6 @@ import pytest
 @pytest.fixture(scope="module")
 def script(load_script):
     return load_script("turn_instructions")
-
-
-def test_one_turn_is_the_difference_over_the_extra_turns(script):
-    # start-up and shutdown (the fixed 800) cancel out
-    assert script.per_turn((3000, 800 + 3000 * 5), (9000, 800 + 9000 * 5)) == 5
-    with pytest.raises(ValueError):
-        script.per_turn((9000, 1), (3000, 2))
 
 
 def test_without_valgrind_it_says_so(script, monkeypatch, capsys):

@@ -1,0 +1,32 @@
+"""``benchmarks.callgrind``: the pieces the instruction scripts share (one turn from two
+runs, the check of the checkouts to measure), without valgrind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.callgrind import checkouts, per_turn, script_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_turn_is_the_difference_over_the_extra_turns():
+    # start-up and shutdown (the fixed 800) cancel out
+    assert per_turn((3000, 800 + 3000 * 5), (9000, 800 + 9000 * 5)) == 5
+    with pytest.raises(ValueError):
+        per_turn((9000, 1), (3000, 2))
+    with pytest.raises(ValueError):
+        per_turn((300, 1), (300, 2))
+
+
+def test_the_checkouts_are_this_one_then_the_others_each_checked(tmp_path, capsys):
+    parser = script_parser("Counts something.\n\nMore words.")
+    args = parser.parse_args([str(ROOT)])
+    assert parser.description == "Counts something."
+    assert checkouts(parser, ROOT, args.trees) == [ROOT, ROOT]
+    with pytest.raises(SystemExit) as refused:
+        checkouts(parser, ROOT, [tmp_path])
+    assert refused.value.code == 2
+    assert f"{tmp_path} is not a checkout of this project" in capsys.readouterr().err
