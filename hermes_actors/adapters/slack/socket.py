@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hermes_actors.adapters.slack.adapter import (
-    TOKEN_REJECTED,
     SlackApp,
     SlackError,
     bot_token,
@@ -274,7 +273,7 @@ class SlackSocketAdapter(SlackApp):
             self._call("apps.connections.open", self._app_client.apps_connections_open,
                        app_token=self._app_token)
         except SlackError as exc:
-            if exc.error in TOKEN_REJECTED or exc.status in (401, 403):
+            if exc.token_rejected:
                 raise ConfigError(
                     f"Slack rejected the app-level token in {self._settings.app_token_env} "
                     f"({exc.error or exc.status}): check the App-Level Token and its "
