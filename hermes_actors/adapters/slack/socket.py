@@ -36,6 +36,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hermes_actors.adapters.backoff import pause_after
 from hermes_actors.adapters.slack.adapter import (
     SlackApp,
     SlackError,
@@ -51,8 +52,6 @@ __all__ = ["SlackSocketAdapter", "SocketReceiver", "check_socket_secrets", "leas
 
 log = logging.getLogger("hermes_actors.slack")
 
-#: Pauses after consecutive failed connections, in seconds (the last one repeats).
-BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 #: Seconds between looks at the connection while it is up (it reconnects by itself too).
 CHECK_INTERVAL = 1.0
 #: The logger slack_sdk's Socket Mode client writes to (masked like the Web API's).
@@ -161,7 +160,7 @@ class SocketReceiver:
                         log.info("event=slack_socket_connected session=%s",
                                  client.session_id())
                     elif not self._stopped.is_set():
-                        pause = BACKOFF[min(failures, len(BACKOFF) - 1)]
+                        pause = pause_after(failures)
                         failures += 1
                         log.warning("event=slack_socket_failed error=%s retry_in=%.0fs",
                                     error, pause)
