@@ -2,8 +2,10 @@
 
 On the VMs this project runs on, timings drift by a quarter from one minute to the next
 (and by more on a contended one), so a change of a few per cent cannot be told apart by
-timing. Instruction counts do not drift: ``scripts/turn_instructions.py`` (a turn) and
-``scripts/start_instructions.py`` (a crash recovery's start) compare checkouts with them.
+timing. Instruction counts do not drift: ``scripts/turn_instructions.py`` (a turn),
+``scripts/http_instructions.py`` (a turn over HTTP) and ``scripts/start_instructions.py`` (a
+crash recovery's start) compare checkouts with them, through the pieces here: the parser of
+the checkouts to measure, their check, the count, one turn from two runs, and the table.
 Only the command's own process is counted (the database writer child it spawns runs
 natively, uncounted). Hash randomisation is off (``PYTHONHASHSEED=0``): with it on, dict and
 set layouts, and with them the counts, move by a few per cent from run to run.
@@ -11,6 +13,7 @@ set layouts, and with them the counts, move by a few per cent from run to run.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -20,7 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["compare", "count_instructions", "is_checkout", "valgrind_missing"]
+__all__ = ["checkouts", "compare", "count_instructions", "is_checkout", "per_turn",
+           "script_parser", "valgrind_missing", "without_valgrind"]
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -30,9 +34,46 @@ def valgrind_missing() -> bool:
     return shutil.which("valgrind") is None
 
 
+def without_valgrind(script: str) -> bool:
+    """Whether ``valgrind`` is missing; if so, ``script`` says so on standard error (and
+    exits 2)."""
+    if not valgrind_missing():
+        return False
+    print(f"{script}: valgrind is not installed (apt install valgrind)", file=sys.stderr)
+    return True
+
+
 def is_checkout(tree: Path) -> bool:
     """Whether ``tree`` looks like a checkout of this project."""
     return (tree / "hermes_actors").is_dir() and (tree / "benchmarks").is_dir()
+
+
+def script_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser: the first paragraph of ``doc`` as its description, and the
+    checkouts to measure after this one (``trees``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("trees", nargs="*", type=Path,
+                        help="more checkouts to measure after this one (same interpreter)")
+    return parser
+
+
+def checkouts(parser: argparse.ArgumentParser, root: Path, more: Sequence[Path]) -> list[Path]:
+    """``root``, then ``more``: every one a checkout of this project, else the parser's
+    usage error (exit 2) names the one that is not."""
+    trees = [root, *more]
+    for tree in trees:
+        if not is_checkout(tree):
+            parser.error(f"{tree} is not a checkout of this project")
+    return trees
+
+
+def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
+    """Instructions of one turn from two runs' ``(turns, instructions)``: the difference
+    over the extra turns, so that what both runs spend once (start-up) cancels out."""
+    (turns_a, ir_a), (turns_b, ir_b) = small, large
+    if turns_b <= turns_a:
+        raise ValueError("the second run must have more turns than the first")
+    return (ir_b - ir_a) / (turns_b - turns_a)
 
 
 def count_instructions(tree: Path, args: list[str], *, cwd: Path | None = None) -> tuple[int, str]:

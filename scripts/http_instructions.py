@@ -21,7 +21,6 @@ Each run takes 15-60 s under callgrind. Needs ``valgrind`` on the PATH.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -29,10 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
 
 from benchmarks.callgrind import (  # noqa: E402
+    checkouts,
     compare,
     count_instructions,
-    is_checkout,
-    valgrind_missing,
+    per_turn,
+    script_parser,
+    without_valgrind,
 )
 
 #: The child: ``hermes_actors`` from the measured tree, the load from this checkout.
@@ -64,14 +65,6 @@ RUNS = {"long-poll": ((100, 3), (300, 3)), "sse": ((1000, 1), (1000, 2))}
 RUNS.update({f"{name}-raw": sizes for name, sizes in list(RUNS.items())})
 
 
-def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
-    """Instructions of one turn from two runs' ``(turns, instructions)``."""
-    (turns_a, ir_a), (turns_b, ir_b) = small, large
-    if turns_b <= turns_a:
-        raise ValueError("the second run must have more turns than the first")
-    return (ir_b - ir_a) / (turns_b - turns_a)
-
-
 def count(tree: Path, scenario: str, size: int, messages: int) -> int:
     """Instructions the gateway process of ``tree`` executes for the run."""
     args = ["-c", CHILD, str(ROOT), scenario, str(size), str(messages)]
@@ -79,20 +72,13 @@ def count(tree: Path, scenario: str, size: int, messages: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trees", nargs="*", type=Path,
-                        help="more checkouts to measure after this one (same interpreter)")
+    parser = script_parser(__doc__)
     parser.add_argument("--scenario", choices=sorted(RUNS), default="long-poll",
                         help="the load (default long-poll)")
     args = parser.parse_args(argv)
-    if valgrind_missing():
-        print("http_instructions: valgrind is not installed (apt install valgrind)",
-              file=sys.stderr)
+    if without_valgrind("http_instructions"):
         return 2
-    trees = [ROOT, *args.trees]
-    for tree in trees:
-        if not is_checkout(tree):
-            parser.error(f"{tree} is not a checkout of this project")
+    trees = checkouts(parser, ROOT, args.trees)
     rows = []
     for tree in trees:
         runs = []

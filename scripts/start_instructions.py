@@ -19,7 +19,6 @@ on the PATH (a system package, not a Python one).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -31,10 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
 
 from benchmarks.callgrind import (  # noqa: E402
+    checkouts,
     compare,
     count_instructions,
-    is_checkout,
-    valgrind_missing,
+    script_parser,
+    without_valgrind,
 )
 
 
@@ -53,24 +53,17 @@ def count(tree: Path, fixture: Path, markers: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trees", nargs="*", type=Path,
-                        help="more checkouts to measure after this one (same interpreter)")
+    parser = script_parser(__doc__)
     parser.add_argument("--sessions", type=int, default=100_000,
                         help="stored sessions (default 100000)")
     parser.add_argument("--markers", type=int, default=1_000,
                         help="in-flight turn markers among them (default 1000)")
     args = parser.parse_args(argv)
-    if valgrind_missing():
-        print("start_instructions: valgrind is not installed (apt install valgrind)",
-              file=sys.stderr)
+    if without_valgrind("start_instructions"):
         return 2
     if not 2 <= args.markers <= args.sessions:
         parser.error("--markers: at least 2 and at most --sessions")
-    trees = [ROOT, *args.trees]
-    for tree in trees:
-        if not is_checkout(tree):
-            parser.error(f"{tree} is not a checkout of this project")
+    trees = checkouts(parser, ROOT, args.trees)
     from benchmarks.fixtures import build_state_db
 
     rows = []

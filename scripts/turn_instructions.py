@@ -26,7 +26,6 @@ blurred the turn's own.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -34,10 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's benchmarks package, run from anywhere
 
 from benchmarks.callgrind import (  # noqa: E402
+    checkouts,
     compare,
     count_instructions,
-    is_checkout,
-    valgrind_missing,
+    per_turn,
+    script_parser,
+    without_valgrind,
 )
 
 #: The child: the throughput scenario's ``runtime_turns`` under gevent, ``sessions`` x 3.
@@ -55,37 +56,22 @@ with tempfile.TemporaryDirectory() as home:
 MESSAGES = 3
 
 
-def per_turn(small: tuple[int, int], large: tuple[int, int]) -> float:
-    """Instructions of one turn from two runs' ``(turns, instructions)``."""
-    (turns_a, ir_a), (turns_b, ir_b) = small, large
-    if turns_b <= turns_a:
-        raise ValueError("the second run must have more turns than the first")
-    return (ir_b - ir_a) / (turns_b - turns_a)
-
-
 def count(tree: Path, sessions: int) -> int:
     """Instructions the gateway process of ``tree`` executes for ``sessions`` x 3 turns."""
     return count_instructions(tree, ["-c", CHILD, str(sessions)])[0]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trees", nargs="*", type=Path,
-                        help="more checkouts to measure after this one (same interpreter)")
+    parser = script_parser(__doc__)
     parser.add_argument("--sessions", type=int, nargs=2, default=(1000, 3000),
                         metavar=("SMALL", "LARGE"), help="the two sizes (default 1000 3000)")
     args = parser.parse_args(argv)
-    if valgrind_missing():
-        print("turn_instructions: valgrind is not installed (apt install valgrind)",
-              file=sys.stderr)
+    if without_valgrind("turn_instructions"):
         return 2
     small, large = args.sessions
     if not 0 < small < large:
         parser.error("--sessions: SMALL must be positive and below LARGE")
-    trees = [ROOT, *args.trees]
-    for tree in trees:
-        if not is_checkout(tree):
-            parser.error(f"{tree} is not a checkout of this project")
+    trees = checkouts(parser, ROOT, args.trees)
     rows = []
     for tree in trees:
         runs = []

@@ -211,3 +211,23 @@ def bot_api():
     api = FakeBotApi()
     yield api
     api.close()
+
+
+@pytest.fixture
+def slack_api():
+    """A running fake Slack Web API on loopback, closed after the test."""
+    from slack_adapter.fake_slack_api import FakeSlackApi
+
+    api = FakeSlackApi()
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def graph_api():
+    """A running fake WhatsApp Cloud (Graph) API on loopback, closed after the test."""
+    from whatsapp_adapter.fake_graph_api import FakeGraphApi
+
+    api = FakeGraphApi()
+    yield api
+    api.close()

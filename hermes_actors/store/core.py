@@ -406,12 +406,7 @@ class StoreCore(FailOver):
                 for key in keys:
                     self.entries.pop(key)
             self.backend.apply([DeleteRouting(tuple(keys))])
-        for op in deletes:
-            for session_id in op.session_ids:
-                try:
-                    self.transcripts.remove(session_id)
-                except (OSError, ValueError) as exc:
-                    log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
+        self.transcripts.discard(gone)
         self._mirror.mark_dirty()
 
     def statistics(self) -> StoreStatistics:

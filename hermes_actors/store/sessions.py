@@ -299,12 +299,8 @@ class SessionLifecycle:
             ops: list[Op] = [DeleteConversations((e.session_key,), _session_ids(e))
                              for e in entries]
             results = core.forget([*ops, *extra(found)], found, before_commit=before_commit)
-        for entry in entries:  # an earlier degraded run's copies (best effort)
-            for session_id in _session_ids(entry):
-                try:
-                    core.transcripts.remove(session_id)
-                except (OSError, ValueError) as exc:
-                    log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
+        # an earlier degraded run's copies (best effort)
+        core.transcripts.discard(sid for entry in entries for sid in _session_ids(entry))
         return dict(zip(found, results[:len(found)], strict=True))
 
     # -- transcripts and usage --------------------------------------------------------------

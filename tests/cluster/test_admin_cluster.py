@@ -9,50 +9,20 @@ the class), each with its HTTP API called as a WSGI application; a third check r
 
 from __future__ import annotations
 
-import io
-import json
 import threading
-import time
 import wsgiref.simple_server
 from types import SimpleNamespace
 
 import pykka
 import pytest
+from wsgi_api import ADMIN, admin_api, admin_call, admin_path
 
 from hermes_actors import Gateway, InMemoryAdapter, MessageEvent, SessionSource, load_config
-from hermes_actors.adapters.http import HttpApi
 from hermes_actors.cli import main
 from hermes_actors.cluster.control import control_event
+from hermes_actors.testing import wait_until
 
 SHARDS = 4
-ADMIN = "admin-t0ken"
-
-
-def _api(gateway) -> HttpApi:
-    settings = SimpleNamespace(token="ingress-t0ken", admin_token=ADMIN, max_body=4096,
-                               platforms=("webhook",))
-    return HttpApi(gateway, outbox=None, settings=settings)
-
-
-def _call(api: HttpApi, path: str, *, method: str = "GET", query: str = "") -> tuple[int, dict]:
-    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
-               "wsgi.input": io.BytesIO(b""), "CONTENT_LENGTH": "0",
-               "HTTP_AUTHORIZATION": f"Bearer {ADMIN}"}
-    seen: list[str] = []
-    raw = b"".join(api(environ, lambda status, headers: seen.append(status)))
-    return int(seen[0].split()[0]), json.loads(raw)
-
-
-def _path(key: str, action: str = "") -> str:
-    # (a WSGI server hands the path over percent-decoded: the key as it is)
-    return "/v1/admin/sessions/" + key + (f"/{action}" if action else "")
-
-
-def _until(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 def _source(chat: str) -> SessionSource:
@@ -93,7 +63,7 @@ def pair(postgres_server, tmp_path_factory):
                 owner.store.session_key_for(_source(str(c)))))
             yield Pair(owner=owner, other=other, adapter=adapter, chat=chat, home=home,
                        key=owner.store.session_key_for(_source(chat)),
-                       owner_api=_api(owner), other_api=_api(other))
+                       owner_api=admin_api(owner), other_api=admin_api(other))
         finally:
             for gw in gateways:
                 gw.stop(drain_timeout=5)
@@ -104,30 +74,30 @@ def pair(postgres_server, tmp_path_factory):
 class TestEveryNodeAnswers:
     def test_list_show_and_cancel_from_a_node_that_does_not_serve_the_session(self, pair):
         running = pair.other.submit(MessageEvent(source=_source(pair.chat), text="sleep 60"))
-        _until(lambda: getattr(pair.owner.session_statistics(pair.key), "running", False),
-               "the turn running on its owner")
+        wait_until(lambda: getattr(pair.owner.session_statistics(pair.key), "running", False),
+                   30, 0.05, "the turn running on its owner")
         queued = pair.other.submit(MessageEvent(source=_source(pair.chat), text="after"))
         assert pair.other.session_statistics(pair.key) is None  # no actor on this node
 
         def listed() -> dict:
-            status, body = _call(pair.other_api, "/v1/admin/sessions",
-                                 query="state=running")
+            status, body = admin_call(pair.other_api, "/v1/admin/sessions",
+                                      query="state=running")
             assert status == 200
             return {s["session_key"]: s for s in body["sessions"]}
 
-        _until(lambda: listed().get(pair.key, {}).get("queue_depth") == 1,
-               "the message behind the running turn in the owner's inbox")
+        wait_until(lambda: listed().get(pair.key, {}).get("queue_depth") == 1,
+                   30, 0.05, "the message behind the running turn in the owner's inbox")
         summary = listed()[pair.key]
         assert summary["running"] is True and summary["chat_id"] == pair.chat
-        status, shown = _call(pair.other_api, _path(pair.key))
+        status, shown = admin_call(pair.other_api, admin_path(pair.key))
         assert status == 200 and shown["running"] is True and shown["queue_depth"] == 1
         assert queued in [event["event_id"] for event in shown["inbox"]]
 
         before = len(pair.adapter.sent)
-        status, body = _call(pair.other_api, _path(pair.key, "cancel"), method="POST")
+        status, body = admin_call(pair.other_api, admin_path(pair.key, "cancel"), method="POST")
         assert status == 202 and body["event_id"]
-        _until(lambda: any(m.text == "Stopped" for m in pair.adapter.sent[before:]),
-               "the owner stopped the turn")
+        wait_until(lambda: any(m.text == "Stopped" for m in pair.adapter.sent[before:]),
+                   30, 0.05, "the owner stopped the turn")
         [stopped] = [m for m in pair.adapter.sent[before:] if m.text == "Stopped"]
         assert running in stopped.in_reply_to and stopped.final
         # as the chat's /stop: the follow-up in the slot is discarded, and named too
@@ -136,32 +106,33 @@ class TestEveryNodeAnswers:
 
     def test_unsuspend_is_carried_to_the_owner(self, pair):
         pair.other.submit(MessageEvent(source=_source(pair.chat), text="hi"))
-        _until(lambda: "echo: hi" in pair.adapter.texts(pair.chat), "the owner's answer")
+        wait_until(lambda: "echo: hi" in pair.adapter.texts(pair.chat), 30, 0.05,
+                   "the owner's answer")
         assert pair.owner.store.suspend_session(pair.key)
-        status, body = _call(pair.other_api, "/v1/admin/sessions", query="state=suspended")
+        status, body = admin_call(pair.other_api, "/v1/admin/sessions", query="state=suspended")
         assert [s["session_key"] for s in body["sessions"]] == [pair.key]
 
-        status, body = _call(pair.other_api, _path(pair.key, "unsuspend"), method="POST")
+        status, body = admin_call(pair.other_api, admin_path(pair.key, "unsuspend"), method="POST")
         assert status == 202 and body["forwarded"] is True and body["action"] == "unsuspend"
-        _until(lambda: not pair.owner.store.get(pair.key).suspended,
-               "the owner cleared the suspension")
+        wait_until(lambda: not pair.owner.store.get(pair.key).suspended,
+                   30, 0.05, "the owner cleared the suspension")
         # it went through the shared inbox, and was consumed there by the owner
-        _until(lambda: pair.owner.store.backend.sql(
+        wait_until(lambda: pair.owner.store.backend.sql(
             "SELECT consumed_reason FROM inbox WHERE event_id = %s",
-            (body["event_id"],)) == [("operator",)], "the control event consumed")
+            (body["event_id"],)) == [("operator",)], 30, 0.05, "the control event consumed")
         assert not pair.other.store.stored_entries(pair.key)[0].suspended
         # no turn, no message: the chat was told nothing
         assert pair.owner.wait_idle(30)
 
         # the owner itself runs it at once
         assert pair.owner.store.suspend_session(pair.key)
-        status, body = _call(pair.owner_api, _path(pair.key, "unsuspend"), method="POST")
+        status, body = admin_call(pair.owner_api, admin_path(pair.key, "unsuspend"), method="POST")
         assert (status, body) == (200, {"session_key": pair.key, "suspended": False})
         unknown = "agent:main:telegram:dm:nobody"
-        assert _call(pair.other_api, _path(unknown, "unsuspend"), method="POST")[0] == 404
+        assert admin_call(pair.other_api, admin_path(unknown, "unsuspend"), method="POST")[0] == 404
 
     def test_the_cluster_view(self, pair, capsys):
-        status, view = _call(pair.other_api, "/v1/admin/cluster")
+        status, view = admin_call(pair.other_api, "/v1/admin/cluster")
         assert status == 200 and view["node_id"] == pair.other.store.node_id
         ids = {pair.owner.store.node_id, pair.other.store.node_id}
         assert {n["node_id"]: n["state"] for n in view["nodes"]} == dict.fromkeys(ids, "live")
@@ -170,7 +141,7 @@ class TestEveryNodeAnswers:
         assert all(lease["state"] == "held" and lease["owner"] in ids and lease["epoch"] >= 1
                    and lease["expires_in"] > 0 for lease in view["leases"])
         assert view["shards"] == SHARDS and view["adapter_leases"] == []
-        assert _call(pair.other_api, "/v1/admin/cluster", method="POST")[0] == 405
+        assert admin_call(pair.other_api, "/v1/admin/cluster", method="POST")[0] == 405
 
         server = wsgiref.simple_server.make_server(
             "127.0.0.1", 0, pair.other_api, handler_class=_Quiet)
@@ -200,7 +171,7 @@ class TestNotACluster:
                      adapters=[InMemoryAdapter("telegram")])
         gw.start()
         try:
-            status, body = _call(_api(gw), "/v1/admin/cluster")
+            status, body = admin_call(admin_api(gw), "/v1/admin/cluster")
         finally:
             gw.stop()
             pykka.ActorRegistry.stop_all(block=True, timeout=10)

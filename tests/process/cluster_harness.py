@@ -1,7 +1,10 @@
 """The harness of the cluster's process tests and of ``scripts/cluster_soak.py``: real
 ``hermes-actors run`` nodes on one PostgreSQL database, a client that posts to random live
 nodes and records what they acknowledged, and the reconciliation of that record against
-the outbox by event id (:func:`hermes_actors.testing.reconcile.reconcile`).
+the outbox by event id (:func:`hermes_actors.testing.reconcile.reconcile`). For the
+platforms' cluster tests: nodes started with a ``config.yaml`` (:func:`configured_nodes`),
+and the database's word on them (:func:`node_id`, :func:`shard_owners`,
+:func:`adapter_lease`).
 
 What it waits on is what the database says (turn markers, lease owners, the outbox), asked
 every 50 ms until a deadline; nothing sleeps for a guessed time.
@@ -13,7 +16,8 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import psycopg
 
@@ -29,7 +33,9 @@ from hermes_actors.testing.wait import wait_until
 
 from .conftest import GatewayProcess
 
-__all__ = ["CHATS", "LEASE_TTL", "SHARDS", "SLOW", "Cluster", "traffic", "until"]
+__all__ = ["CHATS", "HEARTBEAT", "LEASE_TTL", "SHARDS", "SLOW", "Cluster", "adapter_lease",
+           "configured_nodes", "node_id", "shard_owners", "sql", "stop_all", "traffic",
+           "until"]
 
 SHARDS = 6
 LEASE_TTL = 2.0
@@ -49,7 +55,8 @@ def _env(dsn: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
-def _sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+def sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+    """The rows of one statement, on a connection of its own (autocommit)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description is not None else []
@@ -58,6 +65,57 @@ def _sql(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
 def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Wait until ``check()`` holds (a question to the database, asked every 50 ms)."""
     wait_until(check, timeout, 0.05, what)
+
+
+def node_id(node: GatewayProcess) -> str:
+    """The node's id (written to its home at its first start)."""
+    return (node.home / "node_id").read_text().strip()
+
+
+def shard_owners(dsn: str) -> dict[int, str]:
+    """shard -> owner, of the leases valid now (the database's clock)."""
+    return dict(sql(dsn, "SELECT shard, owner FROM shard_leases WHERE owner IS NOT NULL"
+                         " AND expires_at >= extract(epoch FROM now())"))
+
+
+def adapter_lease(dsn: str, name: str) -> tuple[str | None, int] | None:
+    """The adapter lease ``name``: (its owner while valid, else None; its epoch), or None
+    before any node took it."""
+    rows = sql(dsn, "SELECT CASE WHEN expires_at >= extract(epoch FROM now()) THEN owner"
+                    " END, epoch FROM adapter_leases WHERE name = %s", (name,))
+    return (rows[0][0], int(rows[0][1])) if rows else None
+
+
+def configured_nodes(tmp_path: Path, dsn: str, config: dict, env: dict[str, str],
+                     count: int = 2) -> list[GatewayProcess]:
+    """``count`` ready nodes (homes ``node0``, ``node1``, ...) with the scripted agent and
+    ``env``, each with a ``config.yaml`` of ``config`` and the cluster's settings on the
+    database ``dsn``; stop them with :func:`stop_all` (done here if one fails to start)."""
+    nodes: list[GatewayProcess] = []
+    try:
+        for n in range(count):
+            home = tmp_path / f"node{n}"
+            home.mkdir()
+            (home / "config.yaml").write_text(json.dumps({
+                **config,
+                "store": {"backend": "postgres", "dsn": dsn},
+                "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": LEASE_TTL,
+                            "heartbeat": HEARTBEAT},
+            }), encoding="utf-8")
+            nodes.append(GatewayProcess(home, "--agent", "scripted", env=env))
+    except BaseException:
+        stop_all(nodes)
+        raise
+    return nodes
+
+
+def stop_all(nodes: Iterable[GatewayProcess]) -> None:
+    """Stop every node (up to 30 s each), killing one that does not stop."""
+    for node in nodes:
+        try:
+            node.stop(timeout=30)
+        except Exception:  # noqa: BLE001 - kill what does not stop
+            node.kill()
 
 
 def _key(chat: str) -> str:
@@ -90,7 +148,7 @@ class Cluster:
         """Start one more node; its index."""
         node = GatewayProcess(self._tmp / f"node{len(self.nodes)}", env=_env(self.dsn, self.env))
         self.nodes.append(node)
-        self.ids.append((node.home / "node_id").read_text().strip())
+        self.ids.append(node_id(node))
         return len(self.nodes) - 1
 
     def restart(self, i: int) -> None:
@@ -108,9 +166,7 @@ class Cluster:
 
     def owners(self) -> dict[int, str]:
         """shard -> owner, of the leases valid now (the database's clock)."""
-        rows = _sql(self.dsn, "SELECT shard, owner FROM shard_leases WHERE owner IS NOT NULL"
-                    " AND expires_at >= extract(epoch FROM now())")
-        return dict(rows)
+        return shard_owners(self.dsn)
 
     def held_by_others(self, i: int) -> bool:
         """Every shard held (a valid lease), none by node ``i``."""
@@ -162,7 +218,7 @@ class Cluster:
 
     def marked(self, chats: list[str]) -> int:
         """How many of ``chats`` have a turn running (a durable marker)."""
-        rows = _sql(self.dsn, "SELECT count(*) FROM routing WHERE active_turn_token IS NOT"
+        rows = sql(self.dsn, "SELECT count(*) FROM routing WHERE active_turn_token IS NOT"
                     " NULL AND session_key = ANY(%s)", ([_key(c) for c in chats],))
         return rows[0][0]
 
@@ -267,11 +323,7 @@ class Cluster:
         for i, node in enumerate(self.nodes):
             if i in self.down:
                 node.kill()
-        for node in self.nodes:
-            try:
-                node.stop(timeout=30)
-            except Exception:  # noqa: BLE001 - kill what does not stop
-                node.kill()
+        stop_all(self.nodes)
 
 
 def traffic(cluster: Cluster, rounds: int, text: Callable[[str, int], str]) -> None:

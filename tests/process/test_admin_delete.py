@@ -1,5 +1,5 @@
 """Deleting a conversation (issue 39): ``DELETE /v1/admin/sessions/<key>`` on a real gateway
-(called as a WSGI application, as ``test_http_admin``), and retention's sweep of idle
+(called as a WSGI application, through ``tests/wsgi_api.py``), and retention's sweep of idle
 conversations driven by the gateway's fake clock."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ import logging
 import threading
 
 import pytest
+from wsgi_api import ADMIN, TOKEN, admin_api, admin_call, admin_path
 
 from hermes_actors.runtime.deletion import RETENTION_BATCH, ConversationBusy
-
-from .test_http_admin import ADMIN, TOKEN, _api, _call, _path
 
 DAY = 86400.0
 
@@ -33,7 +32,7 @@ class TestDelete:
     def test_everything_of_the_conversation_goes_and_the_next_message_starts_afresh(
             self, make_harness):
         h = make_harness()
-        api = _api(h.gw)
+        api = admin_api(h.gw)
         h.send("hello zanzibar")
         h.send("kept zanzibar", chat_id="1")
         h.idle()
@@ -48,7 +47,7 @@ class TestDelete:
         old = entry.prev_session_id
         assert _rows(h, "inbox", h.key()) and _rows(h, "deliveries", h.key())
 
-        status, body = _call(api, _path(h.key()), method="DELETE")
+        status, body = admin_call(api, admin_path(h.key()), method="DELETE")
         assert status == 200, body
         assert (body["session_key"], body["session_id"]) == (h.key(), entry.session_id)
         deleted = body["deleted"]
@@ -65,8 +64,8 @@ class TestDelete:
             assert _rows(h, table, h.key()) == [], table
         assert {row["id"] for row in store.db.rows("sessions")} == {
             store.get(h.key("1")).session_id}
-        assert _call(api, _path(h.key()))[0] == 404
-        assert _call(api, _path(h.key()), method="DELETE")[0] == 404
+        assert admin_call(api, admin_path(h.key()))[0] == 404
+        assert admin_call(api, admin_path(h.key()), method="DELETE")[0] == 404
         assert "later" not in " ".join(h.texts())  # the queued message died unanswered
 
         h.gates.open_all()  # (the stopped turn's gate: nothing waits on it any more)
@@ -79,11 +78,11 @@ class TestDelete:
 
     def test_a_running_turn_is_stopped_first(self, make_harness):
         h = make_harness()
-        api = _api(h.gw)
+        api = admin_api(h.gw)
         h.hold("g", command="wait")
         agent = h.agents[-1]
         assert h.gw.session_statistics(h.key()).running
-        status, _ = _call(api, _path(h.key()), method="DELETE")
+        status, _ = admin_call(api, admin_path(h.key()), method="DELETE")
         assert status == 200
         assert agent._interrupted.is_set()  # stopped as /stop does, then deleted
         assert agent.closed  # the cached agent is discarded
@@ -94,16 +93,17 @@ class TestDelete:
 
     def test_wrong_ingress_and_missing_tokens_delete_nothing(self, make_harness):
         h = make_harness()
-        api = _api(h.gw)
+        api = admin_api(h.gw)
         h.send("hello")
         h.idle()
         for token in ("wrong", TOKEN, None):
-            assert _call(api, _path(h.key()), method="DELETE", token=token)[0] == 401
+            assert admin_call(api, admin_path(h.key()), method="DELETE", token=token)[0] == 401
         assert h.gw.store.get(h.key()) is not None
-        assert _call(_api(h.gw, admin=None), _path(h.key()), method="DELETE",
-                     token=ADMIN)[0] == 404  # the routes are off
-        assert _call(api, _path("agent:main:telegram:dm:nobody"), method="DELETE")[0] == 404
-        assert _call(api, _path(h.key()), method="PUT")[0] == 405
+        assert admin_call(admin_api(h.gw, admin=None), admin_path(h.key()), method="DELETE",
+                          token=ADMIN)[0] == 404  # the routes are off
+        assert admin_call(api, admin_path("agent:main:telegram:dm:nobody"),
+                          method="DELETE")[0] == 404
+        assert admin_call(api, admin_path(h.key()), method="PUT")[0] == 405
 
 
 class TestWhileDeleting:
@@ -186,7 +186,7 @@ class TestDeleteOnEveryBackend:
         h.idle()
         _with_an_outbox_row(h, h.key())
         gone = h.gw.store.get(h.key()).session_id
-        status, body = _call(_api(h.gw), _path(h.key()), method="DELETE")
+        status, body = admin_call(admin_api(h.gw), admin_path(h.key()), method="DELETE")
         assert status == 200 and body["deleted"]["messages"] == 2
         store = h.gw.store
         kept = store.get(h.key("1")).session_id

@@ -14,13 +14,10 @@ the fake servers saw; nothing sleeps for a guessed time.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections import Counter
 
-import psycopg
 import pytest
-from slack_adapter.fake_slack_api import APP_TOKEN, TEAM, FakeSlackApi, message, signed
+from slack_adapter.fake_slack_api import APP_TOKEN, TEAM, message, signed
 from slack_adapter.fake_slack_api import SIGNING_SECRET as SLACK_SECRET
 from slack_adapter.fake_slack_api import TOKEN as SLACK_TOKEN
 from slack_adapter.fake_socket_mode import FakeSocketMode
@@ -28,7 +25,6 @@ from whatsapp_adapter.fake_graph_api import (
     APP_SECRET,
     PHONE_NUMBER_ID,
     VERIFY_TOKEN,
-    FakeGraphApi,
     post_webhook,
     text_message,
 )
@@ -36,7 +32,16 @@ from whatsapp_adapter.fake_graph_api import TOKEN as WHATSAPP_TOKEN
 
 from hermes_actors.cluster.shards import shard_of
 
-from .cluster_harness import HEARTBEAT, LEASE_TTL, SHARDS, until
+from .cluster_harness import (
+    SHARDS,
+    adapter_lease,
+    configured_nodes,
+    node_id,
+    shard_owners,
+    sql,
+    stop_all,
+    until,
+)
 from .conftest import GatewayProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -48,68 +53,27 @@ LEASE = "slack:A0APP"
 
 
 @pytest.fixture
-def slack_api():
-    fake = FakeSlackApi()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def graph_api():
-    fake = FakeGraphApi()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def start_pair(postgres_dsn, tmp_path):
     """``start_pair(config)`` → two nodes on one database, each with ``config`` added."""
     nodes: list[GatewayProcess] = []
 
     def start(config: dict) -> list[GatewayProcess]:
-        for n in range(2):
-            home = tmp_path / f"node{n}"
-            home.mkdir()
-            (home / "config.yaml").write_text(json.dumps({
-                **config,
-                "store": {"backend": "postgres", "dsn": postgres_dsn},
-                "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": LEASE_TTL,
-                            "heartbeat": HEARTBEAT},
-            }), encoding="utf-8")
-            nodes.append(GatewayProcess(home, "--agent", "scripted", env=ENV))
+        nodes.extend(configured_nodes(tmp_path, postgres_dsn, config, ENV))
         return nodes
 
     yield start
-    for node in nodes:
-        try:
-            node.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            node.kill()
-
-
-def _rows(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(statement, params).fetchall()
-
-
-def _node_id(node: GatewayProcess) -> str:
-    return (node.home / "node_id").read_text().strip()
-
-
-def _owners(dsn: str) -> dict[int, str]:
-    return dict(_rows(dsn, "SELECT shard, owner FROM shard_leases WHERE owner IS NOT NULL"
-                           " AND expires_at >= extract(epoch FROM now())"))
+    stop_all(nodes)
 
 
 def _not_owner(dsn: str, nodes: list[GatewayProcess], key: str) -> GatewayProcess:
     """The node that does not hold ``key``'s shard now."""
-    owner = _owners(dsn)[shard_of(key, SHARDS)]
-    return next(node for node in nodes if _node_id(node) != owner)
+    owner = shard_owners(dsn)[shard_of(key, SHARDS)]
+    return next(node for node in nodes if node_id(node) != owner)
 
 
 def _balanced(dsn: str, nodes: list[GatewayProcess]) -> bool:
-    owners = list(_owners(dsn).values())
-    return len(owners) == SHARDS and all(owners.count(_node_id(n)) == SHARDS // 2
+    owners = list(shard_owners(dsn).values())
+    return len(owners) == SHARDS and all(owners.count(node_id(n)) == SHARDS // 2
                                          for n in nodes)
 
 
@@ -156,9 +120,7 @@ class TestWebhooksOnTwoNodes:
 
 
 def _lease(dsn: str) -> tuple[str | None, int] | None:
-    rows = _rows(dsn, "SELECT CASE WHEN expires_at >= extract(epoch FROM now()) THEN owner"
-                      " END, epoch FROM adapter_leases WHERE name = %s", (LEASE,))
-    return (rows[0][0], int(rows[0][1])) if rows else None
+    return adapter_lease(dsn, LEASE)
 
 
 class TestSocketModeOnTwoNodes:
@@ -169,7 +131,7 @@ class TestSocketModeOnTwoNodes:
         try:
             nodes = start_pair({"platforms": ["slack"],
                                 "slack": {"api_base_url": slack_api.url, "mode": "socket"}})
-            ids = [_node_id(n) for n in nodes]
+            ids = [node_id(n) for n in nodes]
             until(lambda: (lease := _lease(postgres_dsn)) is not None and lease[0] in ids,
                   "a node holds the Socket Mode lease")
             holder = ids.index(_lease(postgres_dsn)[0])  # type: ignore[index]
@@ -177,8 +139,8 @@ class TestSocketModeOnTwoNodes:
             socket_mode.send(message("D1", "before", channel_type="im"))
             slack_api.wait_posted(1, "D1")
             # (killed between its send and the ledger's record, a reply goes out again)
-            until(lambda: _rows(postgres_dsn, "SELECT count(*) FROM deliveries WHERE"
-                                " chat_id = 'D1' AND state = 'delivered'")[0][0] == 1,
+            until(lambda: sql(postgres_dsn, "SELECT count(*) FROM deliveries WHERE"
+                              " chat_id = 'D1' AND state = 'delivered'")[0][0] == 1,
                   "the reply recorded as delivered")
             nodes[holder].kill()  # its websocket closes with it
             socket_mode.wait_for(lambda: socket_mode.open_now == 0)

@@ -9,17 +9,22 @@ server saw; nothing sleeps for a guessed time.
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import time
 from collections import Counter
 
-import psycopg
 import pytest
 from telegram_adapter.fake_bot_api import TOKEN, FakeBotApi, private
 
-from .cluster_harness import HEARTBEAT, LEASE_TTL, SHARDS, until
+from .cluster_harness import (
+    HEARTBEAT,
+    LEASE_TTL,
+    adapter_lease,
+    configured_nodes,
+    node_id,
+    stop_all,
+    until,
+)
 from .conftest import GatewayProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -29,39 +34,18 @@ LEASE = "telegram:" + TOKEN.partition(":")[0]
 
 def _lease(dsn: str) -> tuple[str | None, int] | None:
     """The bot's lease: (owner while valid, epoch), or None before any node took it."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT CASE WHEN expires_at >= extract(epoch FROM now()) THEN owner END, epoch"
-            " FROM adapter_leases WHERE name = %s", (LEASE,)).fetchone()
-    return None if row is None else (row[0], int(row[1]))
+    return adapter_lease(dsn, LEASE)
 
 
 @pytest.fixture
 def telegram_pair(postgres_dsn, tmp_path, bot_api):
-    nodes: list[GatewayProcess] = []
-    for n in range(2):
-        home = tmp_path / f"node{n}"
-        home.mkdir()
-        (home / "config.yaml").write_text(json.dumps({
-            "platforms": ["telegram"],
-            "telegram": {"api_base_url": bot_api.url, "poll_timeout": 20},
-            "store": {"backend": "postgres", "dsn": postgres_dsn},
-            "cluster": {"enabled": True, "shards": SHARDS, "lease_ttl": LEASE_TTL,
-                        "heartbeat": HEARTBEAT},
-            "busy_input_mode": "queue",
-        }), encoding="utf-8")
-        nodes.append(GatewayProcess(home, "--agent", "scripted",
-                                    env={"TELEGRAM_BOT_TOKEN": TOKEN}))
+    nodes = configured_nodes(tmp_path, postgres_dsn, {
+        "platforms": ["telegram"],
+        "telegram": {"api_base_url": bot_api.url, "poll_timeout": 20},
+        "busy_input_mode": "queue",
+    }, {"TELEGRAM_BOT_TOKEN": TOKEN})
     yield nodes
-    for node in nodes:
-        try:
-            node.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            node.kill()
-
-
-def _node_id(node: GatewayProcess) -> str:
-    return (node.home / "node_id").read_text().strip()
+    stop_all(nodes)
 
 
 def _send(bot_api: FakeBotApi, texts: list[str]) -> None:
@@ -84,7 +68,7 @@ def _answered_once(bot_api: FakeBotApi, texts: list[str], timeout: float = 60) -
 
 def _holder(dsn: str, nodes: list[GatewayProcess], epoch: int) -> int:
     """Wait until some node holds the lease under ``epoch``; its index."""
-    ids = [_node_id(n) for n in nodes]
+    ids = [node_id(n) for n in nodes]
     until(lambda: (lambda lease: lease is not None and lease[0] in ids
                    and lease[1] == epoch)(_lease(dsn)), f"the bot's lease at epoch {epoch}")
     lease = _lease(dsn)
@@ -122,7 +106,7 @@ class TestTelegramOnTwoNodes:
         _send(bot_api, third[:3])
         nodes[other].stop(timeout=30)
         log = nodes[other].stderr.text()
-        assert f"event=cluster_adapter_lost node={_node_id(nodes[other])} adapter={LEASE} " \
+        assert f"event=cluster_adapter_lost node={node_id(nodes[other])} adapter={LEASE} " \
                "epoch=2 reason=released" in log
         assert _holder(postgres_dsn, nodes, 3) == holder
         _send(bot_api, third[3:])
@@ -151,10 +135,10 @@ class TestTelegramOnTwoNodes:
             paused.signal(signal.SIGCONT)
         # expired: its next round found the local deadline passed; fenced: a renewal it
         # had sent just before the pause was answered after it, refused (either, by timing)
-        paused.stderr.expect(f"event=cluster_adapter_lost node={_node_id(paused)} "
+        paused.stderr.expect(f"event=cluster_adapter_lost node={node_id(paused)} "
                              f"adapter={LEASE} epoch=1 reason=(expired|fenced)", timeout=30)
         third = [f"u{n}" for n in range(4)]
         _send(bot_api, third)
         _answered_once(bot_api, first + second + third)
-        assert _lease(postgres_dsn) == (_node_id(nodes[other]), 2)  # not taken back
+        assert _lease(postgres_dsn) == (node_id(nodes[other]), 2)  # not taken back
         assert bot_api.max_polling == 1

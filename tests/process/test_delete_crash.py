@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from hermes_actors.testing import db_rows
+from hermes_actors.testing import db_rows, wait_until
 
 from .conftest import TOKEN, run_cli
 
@@ -72,8 +72,8 @@ def test_killed_before_the_transaction_nothing_is_deleted(start_gateway, tmp_pat
 
     # a running turn (under gevent) is stopped, then its conversation deleted
     busy = again.post("c2", "sleep 30")["session_key"]
-    while not again.session(busy)[1].get("running"):  # its turn has started
-        pass
+    wait_until(lambda: again.session(busy)[1].get("running"), 30, 0.05,
+               "the start of the busy turn")
     stopped = run_cli("admin", "delete", busy, "--url", again.url, "--admin-token", ADMIN,
                       "--yes", "--json", timeout=20)
     assert stopped.returncode == 0, stopped.stderr

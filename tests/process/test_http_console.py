@@ -7,45 +7,27 @@ from __future__ import annotations
 
 import configparser
 import fnmatch
-import io
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from wsgi_api import ADMIN, TOKEN, admin_api, request
 
 from hermes_actors.adapters.http import HttpApi
 from hermes_actors.adapters.http_admin_events import look
 from hermes_actors.adapters.http_requests import RequestError
 from hermes_actors.adapters.outbox import Outbox
 
-TOKEN = "ingress-t0ken"
-ADMIN = "admin-t0ken"
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE = ROOT / "hermes_actors" / "adapters" / "console"
 
 
 def _api(gateway, *, admin: str | None = ADMIN, max_streams: int = 4) -> HttpApi:
-    settings = SimpleNamespace(token=TOKEN, admin_token=admin, max_body=4096,
-                               platforms=("webhook",), max_streams=max_streams,
-                               stream_keepalive=30.0)
-    api = HttpApi(gateway, outbox=Outbox(), settings=settings)
+    api = admin_api(gateway, admin=admin, outbox=Outbox(), max_streams=max_streams,
+                    stream_keepalive=30.0)
     api.admin_events_interval = 0.01
     return api
-
-
-def _call(api: HttpApi, path: str, *, method: str = "GET", token: str | None = None,
-          query: str = ""):
-    """``(status, headers, body iterable)`` of one request."""
-    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
-               "wsgi.input": io.BytesIO(b""), "CONTENT_LENGTH": "0"}
-    if token is not None:
-        environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
-    seen: list = []
-    body = api(environ, lambda status, headers: seen.append((status, headers)))
-    status, headers = seen[0]
-    return int(status.split()[0]), dict(headers), body
 
 
 def _events(chunk: bytes) -> dict[str, object]:
@@ -67,24 +49,24 @@ class TestPage:
                     "/console/console.css": "text/css",
                     "/console/favicon.svg": "image/svg+xml"}
         for path, content_type in expected.items():
-            status, headers, body = _call(api, path)
+            status, headers, body = request(api, path)
             assert status == 200, path
             assert headers["Content-Type"].startswith(content_type), (path, headers)
             assert headers["X-Content-Type-Options"] == "nosniff"
             assert "script-src 'self'" in headers["Content-Security-Policy"]
             assert "connect-src 'self'" in headers["Content-Security-Policy"]
             assert b"".join(body)
-        page = b"".join(_call(api, "/console")[2]).decode()
+        page = b"".join(request(api, "/console")[2]).decode()
         assert '<script src="/console/console.js"' in page
 
     def test_unknown_files_other_methods_and_an_off_console(self, make_harness):
         gw = make_harness().gw
         api = _api(gw)
-        assert _call(api, "/console/../setup.cfg")[0] == 404
-        assert _call(api, "/console/nothing.js")[0] == 404
-        assert _call(api, "/console", method="POST")[0] == 405
+        assert request(api, "/console/../setup.cfg")[0] == 404
+        assert request(api, "/console/nothing.js")[0] == 404
+        assert request(api, "/console", method="POST")[0] == 405
         # without an admin token the operator routes, and so the console, are off
-        status, _, body = _call(_api(gw, admin=None), "/console")
+        status, _, body = request(_api(gw, admin=None), "/console")
         assert status == 404 and "set http.admin_token" in json.loads(b"".join(body))["error"]
 
     def test_nothing_is_loaded_from_elsewhere(self):
@@ -117,7 +99,7 @@ class TestEvents:
         api = _api(h.gw)
         h.send("hello", chat_id="1")
         h.idle()
-        status, headers, body = _call(api, "/v1/admin/events", token=ADMIN)
+        status, headers, body = request(api, "/v1/admin/events", token=ADMIN)
         assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
         assert api.streams.open == 1
         chunks = iter(body)
@@ -125,7 +107,7 @@ class TestEvents:
         first = _events(next(chunks))
         assert [s["session_key"] for s in first["sessions"]["sessions"]] == [h.key("1")]
         assert first["deliveries"] == {"deliveries": []}
-        cluster = _call(api, "/v1/admin/cluster", token=ADMIN)[0]
+        cluster = request(api, "/v1/admin/cluster", token=ADMIN)[0]
         assert ("cluster" in first) is (cluster == 200)  # (a single gateway: 404, not sent)
 
         h.send("hello", chat_id="2")  # a conversation that starts after the client connected
@@ -161,13 +143,13 @@ class TestEvents:
     def test_tokens_query_and_the_stream_limit(self, make_harness):
         api = _api(make_harness().gw, max_streams=1)
         for token in (None, "wrong", TOKEN):
-            assert _call(api, "/v1/admin/events", token=token)[0] == 401
-        assert _call(api, "/v1/admin/events", token=ADMIN, query="state=bogus")[0] == 400
-        assert _call(api, "/v1/admin/events", token=ADMIN, method="POST")[0] == 405
-        status, _, held = _call(api, "/v1/admin/events", token=ADMIN)
+            assert request(api, "/v1/admin/events", token=token)[0] == 401
+        assert request(api, "/v1/admin/events", token=ADMIN, query="state=bogus")[0] == 400
+        assert request(api, "/v1/admin/events", token=ADMIN, method="POST")[0] == 405
+        status, _, held = request(api, "/v1/admin/events", token=ADMIN)
         assert status == 200
-        assert _call(api, "/v1/admin/events", token=ADMIN)[0] == 503
+        assert request(api, "/v1/admin/events", token=ADMIN)[0] == 503
         held.close()
         assert api.streams.open == 0
-        assert _call(_api(make_harness().gw, admin=None), "/v1/admin/events",
-                     token=ADMIN)[0] == 404
+        assert request(_api(make_harness().gw, admin=None), "/v1/admin/events",
+                       token=ADMIN)[0] == 404

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 
 import pytest
 
@@ -14,7 +13,7 @@ from hermes_actors.errors import HomeInUseError
 from hermes_actors.runtime.homelock import HomeLock
 from hermes_actors.store import SessionStore
 from hermes_actors.store.backends.sqlite.schema import SCHEMA_VERSION
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, wait_until
 
 
 def _row(store: SessionStore, chat_id: str = "42", text: str = "hi", platform: str = "webhook",
@@ -205,10 +204,7 @@ class TestOutboxWaiting:
             return thread
 
         first, second, other = reader("a", "42"), reader("b", "42"), reader("c", "43")
-        deadline = time.monotonic() + 30
-        while outbox.readers < 3 and time.monotonic() < deadline:
-            threading.Event().wait(0.01)  # (polled with a deadline)
-        assert outbox.readers == 3
+        wait_until(lambda: outbox.readers == 3, 30, message="three waiting readers")
         outbox.append(SessionSource("webhook", chat_id="42"), "to 42", kind="reply")
         first.join(30)
         second.join(30)
@@ -226,9 +222,7 @@ class TestOutboxWaiting:
         threads.append(threading.Thread(
             target=lambda: extra.append(outbox.wait("webhook", "43", 0, timeout=30))))
         threads[-1].start()
-        deadline = time.monotonic() + 30
-        while outbox.readers < 3 and time.monotonic() < deadline:
-            threading.Event().wait(0.01)  # (polled with a deadline)
+        wait_until(lambda: outbox.readers == 3, 30, message="three waiting readers")
         outbox.close()
         for thread in threads:
             thread.join(30)

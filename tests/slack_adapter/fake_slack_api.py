@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback import serve
+from loopback import serve, wait_notified
 from slack_sdk.signature import SignatureVerifier
 
 #: The bot token and signing secret the fake (and the signed posts) use.
@@ -67,14 +67,7 @@ class FakeSlackApi:
             self.failures.append([method, status, error, retry_after, times])
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not (result := predicate()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out; calls: {self.calls[-10:]}")
-                self.cond.wait(left)
-            return result
+        return wait_notified(self.cond, predicate, timeout, lambda: f"calls: {self.calls[-10:]}")
 
     def posted(self, channel: str | None = None) -> list[Call]:
         """The ``chat.postMessage`` calls that succeeded (to ``channel``), in order."""

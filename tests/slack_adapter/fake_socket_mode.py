@@ -20,9 +20,10 @@ import json
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
+
+from loopback import wait_notified
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _TEXT, _CLOSE, _PING, _PONG = 0x1, 0x8, 0x9, 0xA
@@ -106,15 +107,8 @@ class FakeSocketMode:
             return len(self._live)
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not (result := predicate()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out; open={len(self._live)} "
-                                         f"acks={self.acks} pending={list(self.pending)}")
-                self.cond.wait(left)
-            return result
+        return wait_notified(self.cond, predicate, timeout, lambda: (
+            f"open={len(self._live)} acks={self.acks} pending={list(self.pending)}"))
 
     def send(self, payload: dict[str, Any], *, retry_attempt: int = 0) -> str:
         """Send an ``events_api`` envelope carrying ``payload`` on the newest connection

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hermes_actors.adapters.slack import EVENTS_PATH, SlackAdapter, check_secrets
+from hermes_actors.adapters.slack import EVENTS_PATH, SlackAdapter, SlackError, check_secrets
 from hermes_actors.config import load_config
 from hermes_actors.errors import ConfigError, StoreUnavailableError
 from hermes_actors.model.source import SessionSource
@@ -57,6 +57,13 @@ class TestSettings:
                             env={})
         with pytest.raises(ConfigError, match="both platforms and http.platforms"):
             platform_adapters(twice, env=SECRETS)
+
+    def test_a_rejected_token_is_told_by_its_error_or_its_status(self):
+        """What ``connect`` turns into a ConfigError (exit 2), for either token."""
+        assert SlackError("x", status=200, error="invalid_auth").token_rejected
+        assert SlackError("x", status=403).token_rejected
+        assert not SlackError("x", status=200, error="channel_not_found").token_rejected
+        assert not SlackError("x", status=None).token_rejected  # unreachable: retried
 
 
 class TestEvents:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback import serve
+from loopback import serve, wait_notified
 
 #: The token the fake accepts.
 TOKEN = "123456789:TEST-secret-token-for-the-fake-api"
@@ -122,17 +122,8 @@ class FakeBotApi:
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
         """Wait until ``predicate()`` (called under the lock) is truthy; returns its value."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = predicate()
-                if value:
-                    return value
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"fake Bot API: condition not met in {timeout}s; "
-                                         f"calls: {[(c.method, c.params) for c in self.calls][-15:]}")
-                self.cond.wait(remaining)
+        return wait_notified(self.cond, predicate, timeout, lambda: (
+            f"fake Bot API calls: {[(c.method, c.params) for c in self.calls][-15:]}"))
 
     def of(self, method: str) -> list[Call]:
         """The calls of ``method`` so far."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback import serve
+from loopback import serve, wait_notified
 
 TOKEN = "EAAG-test-access-token-for-the-fake-graph-api"
 APP_SECRET = "test-app-secret-0123456789"
@@ -91,17 +91,8 @@ class FakeGraphApi:
         return [c.body["text"]["body"] for c in self.sends(to)]
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = condition()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"condition not met within {timeout}s; calls: "
-                                         f"{[(c.path, c.body) for c in self.calls][-10:]}")
-                self.cond.wait(left)
+        return wait_notified(self.cond, condition, timeout, lambda: (
+            f"calls: {[(c.path, c.body) for c in self.calls][-10:]}"))
 
     def wait_sent(self, count: int, to: str | None = None, timeout: float = 30.0) -> list[Call]:
         return self.wait_for(lambda: (lambda s: s if len(s) >= count else None)(

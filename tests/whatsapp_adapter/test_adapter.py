@@ -20,20 +20,12 @@ from .fake_graph_api import (
     PHONE_NUMBER_ID,
     TOKEN,
     VERIFY_TOKEN,
-    FakeGraphApi,
     sign,
     text_message,
     webhook,
 )
 
 DM = SessionSource("whatsapp", chat_id="+60123456789", chat_type="dm")
-
-
-@pytest.fixture
-def graph_api():
-    api = FakeGraphApi()
-    yield api
-    api.close()
 
 
 @pytest.fixture

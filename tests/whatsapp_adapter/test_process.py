@@ -22,7 +22,6 @@ from .fake_graph_api import (
     PHONE_NUMBER_ID,
     TOKEN,
     VERIFY_TOKEN,
-    FakeGraphApi,
     post_webhook,
     sign,
     statuses,
@@ -31,13 +30,6 @@ from .fake_graph_api import (
 
 ENV = {"WHATSAPP_TOKEN": TOKEN, "WHATSAPP_APP_SECRET": APP_SECRET,
        "WHATSAPP_VERIFY_TOKEN": VERIFY_TOKEN}
-
-
-@pytest.fixture
-def graph_api():
-    api = FakeGraphApi()
-    yield api
-    api.close()
 
 
 def _config(graph_api, **whatsapp) -> dict:

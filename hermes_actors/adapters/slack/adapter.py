@@ -78,6 +78,11 @@ class SlackError(HermesActorsError):
         #: Seconds Slack asked to wait (a 429), else ``None``.
         self.retry_after = retry_after
 
+    @property
+    def token_rejected(self) -> bool:
+        """Whether Slack refused the call's token (revoked, wrong, of another kind)."""
+        return self.error in TOKEN_REJECTED or self.status in (401, 403)
+
 
 def read_secret(env: Mapping[str, str], variable: str, setting: str, what: str) -> str:
     """The value of ``variable``, or a :class:`ConfigError` naming the variable (and the
@@ -149,7 +154,7 @@ class SlackApp:
         try:
             answer = self._call("auth.test", self._client.auth_test)
         except SlackError as exc:
-            if exc.error in TOKEN_REJECTED or exc.status in (401, 403):
+            if exc.token_rejected:
                 raise ConfigError(
                     f"Slack rejected the bot token in {self._settings.bot_token_env} "
                     f"({exc.error or exc.status}): check the app's Bot User OAuth Token"

@@ -36,8 +36,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hermes_actors.adapters.backoff import pause_after
 from hermes_actors.adapters.slack.adapter import (
-    TOKEN_REJECTED,
     SlackApp,
     SlackError,
     bot_token,
@@ -52,8 +52,6 @@ __all__ = ["SlackSocketAdapter", "SocketReceiver", "check_socket_secrets", "leas
 
 log = logging.getLogger("hermes_actors.slack")
 
-#: Pauses after consecutive failed connections, in seconds (the last one repeats).
-BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 #: Seconds between looks at the connection while it is up (it reconnects by itself too).
 CHECK_INTERVAL = 1.0
 #: The logger slack_sdk's Socket Mode client writes to (masked like the Web API's).
@@ -162,7 +160,7 @@ class SocketReceiver:
                         log.info("event=slack_socket_connected session=%s",
                                  client.session_id())
                     elif not self._stopped.is_set():
-                        pause = BACKOFF[min(failures, len(BACKOFF) - 1)]
+                        pause = pause_after(failures)
                         failures += 1
                         log.warning("event=slack_socket_failed error=%s retry_in=%.0fs",
                                     error, pause)
@@ -274,7 +272,7 @@ class SlackSocketAdapter(SlackApp):
             self._call("apps.connections.open", self._app_client.apps_connections_open,
                        app_token=self._app_token)
         except SlackError as exc:
-            if exc.error in TOKEN_REJECTED or exc.status in (401, 403):
+            if exc.token_rejected:
                 raise ConfigError(
                     f"Slack rejected the app-level token in {self._settings.app_token_env} "
                     f"({exc.error or exc.status}): check the App-Level Token and its "

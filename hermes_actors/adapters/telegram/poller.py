@@ -35,6 +35,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from hermes_actors._green import gevent_threading_patched
+from hermes_actors.adapters.backoff import pause_after
 from hermes_actors.adapters.telegram.client import BotClient, TelegramError
 from hermes_actors.adapters.telegram.mapping import message_event
 from hermes_actors.errors import HermesActorsError, StoreError, StoreRejectedError
@@ -44,8 +45,6 @@ __all__ = ["UpdatePoller"]
 
 log = logging.getLogger("hermes_actors.telegram")
 
-#: Pauses after consecutive failures, in seconds (the last one repeats).
-BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 #: Seconds a long poll ends before the lease's deadline, at least (its round trip).
 DEADLINE_MARGIN = 0.5
 #: Dropped chats remembered, so each is logged once.
@@ -134,7 +133,7 @@ class UpdatePoller:
                 except _Stop:
                     return
                 except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
-                    pause = BACKOFF[min(failures, len(BACKOFF) - 1)]
+                    pause = pause_after(failures)
                     failures += 1
                     if isinstance(exc, (TelegramError, StoreError)):
                         log.warning("event=telegram_poll_failed error=%s retry_in=%.0fs",

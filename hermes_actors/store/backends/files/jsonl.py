@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,15 @@ class JsonlTranscripts:
                 except FileNotFoundError:
                     pass
         return count
+
+    def discard(self, session_ids: Iterable[str]) -> None:
+        """Remove these sessions' files, best effort (what a delete leaves behind): one the
+        disk refuses, or an id no file could have, is logged and passed over."""
+        for session_id in session_ids:
+            try:
+                self.remove(session_id)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot remove the transcript file of %s: %s", session_id, exc)
 
     def session_ids(self) -> list[str]:
         """Ids of every transcript file present, sorted."""
