@@ -171,6 +171,65 @@ class TestRetention:
         assert _messages(keep, kept) == ["hi", "echo: hi"]
 
 
+class TestRetentionRacingAMessage:
+    """A message for a conversation retention has picked keeps it (retention never drops
+    what a user sends, unlike an operator's delete)."""
+
+    @staticmethod
+    def _old_conversation(h) -> str:
+        h.send("hi")
+        h.idle()
+        h.clock.advance(2 * DAY)
+        return h.gw.store.get(h.key()).session_id
+
+    @staticmethod
+    def _after_picking(h, act) -> None:
+        """Run ``act`` once retention has picked its keys (before it deletes any)."""
+        pick, acted = h.gw.store.idle_session_keys, []
+
+        def picked(days, limit):
+            keys = pick(days, limit)
+            if not acted:
+                acted.append(act())
+            return keys
+
+        h.gw.store.idle_session_keys = picked
+
+    def test_a_turn_begun_since_keeps_it_and_later_messages_are_answered(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        self._after_picking(h, lambda: h.hold("g"))
+        assert h.gw._deleter.sweep(1) == 0
+        h.gates.open_all()
+        h.idle()
+        h.send("after")
+        h.idle()
+        assert h.texts()[-1] == "echo: after"  # (the key was left marked as being deleted)
+        assert h.gw.store.get(h.key()).session_id == kept
+
+    def test_a_turn_ended_since_keeps_it(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        self._after_picking(h, lambda: (h.send("quick"), h.idle()))
+        assert h.gw._deleter.sweep(1) == 0
+        assert _messages(h, kept)[-2:] == ["quick", "echo: quick"]
+
+    def test_a_message_arriving_while_it_is_being_deleted_spares_it(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        deleter, forget = h.gw._deleter, h.gw._deleter._forget_actor
+
+        def message_first(key, timeout, only_idle):
+            h.send("during")  # (the key is marked as being deleted by now)
+            return forget(key, timeout, only_idle)
+
+        deleter._forget_actor = message_first
+        assert deleter.sweep(1) == 0
+        h.idle()
+        assert h.texts()[-1] == "echo: during"
+        assert _messages(h, kept)[-2:] == ["during", "echo: during"]
+
+
 class TestDeleteOnEveryBackend:
     """The same delete through a gateway on each store backend (PostgreSQL: its tsvector
     index loses the rows with their messages)."""
