@@ -7,8 +7,10 @@ or nothing on disk. So it runs in two steps:
 1. the session's actor is taken out of the router (a message for the key arriving now is
    dropped: it belongs to the conversation being deleted) and told to :class:`Forget`:
    it drops its queue, stops its running turn as ``/stop`` does and its delegations; the
-   delete waits for that turn's worker to finish (it may still write its transcript and
-   ledger rows), then stops the actor;
+   delete waits for that turn's worker, and those of a ``/new`` or ``/status`` under way,
+   to finish (they may still write the routing entry, transcript and ledger rows), stops
+   the actor, then waits for the session's notices already queued (each records a
+   ledger row);
 2. under the gateway's dispatch lock, one store transaction deletes the routing entry,
    transcripts with their search index rows, inbox, ledger and outbox rows
    (:meth:`~hermes_actors.store.SessionStore.delete_sessions`); the cached agent is
@@ -140,6 +142,10 @@ class Deleter:
                     f"the running turn of {key!r} did not end within {timeout:g} s after it "
                     "was stopped; nothing was deleted (try again)")
             _stop(ref)
+        if not self._gw._live_services.notices.settle(key, timeout):
+            raise ConversationBusy(
+                f"a notice of {key!r} was still being sent {timeout:g} s after its actor "
+                "stopped; nothing was deleted (try again)")
         return True
 
     def _forget_memory(self, keys: list[str]) -> None:
@@ -177,7 +183,7 @@ class Deleter:
         return len(removed)
 
 
-def _stop(ref: pykka.ActorRef, after: threading.Event | None = None) -> None:
+def _stop(ref: pykka.ActorRef, after: Any = None) -> None:
     """Stop ``ref`` (once ``after`` is set, when given)."""
     if after is not None:
         after.wait()

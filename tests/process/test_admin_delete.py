@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 
 import pytest
 
 from hermes_actors.runtime.deletion import RETENTION_BATCH, ConversationBusy
+from hermes_actors.runtime.session_core import NOTHING_TO_STOP
 
 from .test_http_admin import ADMIN, TOKEN, _api, _call, _path
 
@@ -128,6 +130,84 @@ class TestWhileDeleting:
         assert h.texts() == ["echo: after"]  # "during" was never answered
         assert during not in [row["event_id"] for row in h.gw.store.db.rows("inbox")]
         assert _messages(h, h.gw.store.get(h.key()).session_id) == ["after", "echo: after"]
+
+
+class TestDeleteRacingNew:
+    """A ``/new`` whose worker is still resetting when the delete comes: the delete waits
+    for it, so the reset cannot write the deleted routing entry back afterwards."""
+
+    @staticmethod
+    def _slow_reset(h) -> tuple[threading.Event, threading.Event]:
+        resetting, release, reset = threading.Event(), threading.Event(), h.gw.store.reset_session
+
+        def slow(key):
+            resetting.set()
+            assert release.wait(10)
+            return reset(key)
+
+        h.gw.store.reset_session = slow
+        return resetting, release
+
+    def test_the_delete_waits_for_the_reset_and_nothing_comes_back(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        resetting, release = self._slow_reset(h)
+        h.send("/new")
+        assert resetting.wait(10)
+        deleted: list = []
+        deleting = threading.Thread(target=lambda: deleted.append(
+            h.gw.delete_session(h.key())))
+        deleting.start()
+        release.set()
+        deleting.join(20)
+        assert deleted and deleted[0]["routing"] == 1
+        h.idle()
+        store = h.gw.store
+        assert store.get(h.key()) is None  # (the reset's new entry went with the rest)
+        for table in ("routing", "deliveries", "inbox"):
+            assert _rows(h, table, h.key()) == [], table
+
+    def test_a_reset_that_does_not_end_in_time_keeps_everything(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        resetting, release = self._slow_reset(h)
+        h.send("/new")
+        assert resetting.wait(10)
+        with pytest.raises(ConversationBusy):
+            h.gw._deleter.delete([h.key()], turn_timeout=0.05)
+        assert h.gw.store.get(h.key()) is not None  # nothing was deleted ...
+        release.set()
+        h.idle()
+        entry = h.gw.store.get(h.key())  # ... and the /new went through
+        assert entry is not None and entry.prev_session_id is not None
+
+
+class TestDeleteAfterQueuedNotices:
+    def test_a_notice_queued_before_the_delete_is_recorded_before_it(self, make_harness):
+        """A notice the session's actor queued (here ``/stop``'s answer, behind a slow one
+        of another chat on the same notice actor) would record its ledger row after the
+        delete: the delete waits for it, or deletes nothing."""
+        h = make_harness()
+        pool = h.gw.services.notices
+        bucket = zlib.crc32(h.key().encode()) % len(pool._refs)
+        other = next(c for c in map(str, range(1000))
+                     if c != "42" and zlib.crc32(h.key(c).encode()) % len(pool._refs) == bucket)
+        h.send("hi")
+        h.idle()
+        sending, release = h.slow_send(NOTHING_TO_STOP)
+        h.send("/stop", chat_id=other)
+        assert sending.wait(10)  # the notice actor is busy with the other chat's answer
+        h.send("/stop")  # this chat's answer waits behind it
+        with pytest.raises(ConversationBusy):
+            h.gw._deleter.delete([h.key()], turn_timeout=0.05)
+        assert h.gw.store.get(h.key()) is not None  # nothing was deleted
+        release.set()
+        h.idle()
+        assert h.gw.delete_session(h.key())["routing"] == 1  # the retry
+        h.idle()
+        assert _rows(h, "deliveries", h.key()) == []
 
 
 class TestRetention:
