@@ -173,7 +173,7 @@ class Deleter:
             return 0
         try:
             removed = self.delete(keys, only_idle=True,
-                                  still_idle=lambda: set(store.idle_session_keys(days, batch)))
+                                  still_idle=lambda: store.still_idle_keys(keys, days))
         except ConversationBusy as exc:  # a turn began since: the next sweep retries
             log.warning("retention: %s", exc)
             return 0
