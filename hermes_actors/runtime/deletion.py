@@ -7,8 +7,10 @@ or nothing on disk. So it runs in two steps:
 1. the session's actor is taken out of the router (a message for the key arriving now is
    dropped: it belongs to the conversation being deleted) and told to :class:`Forget`:
    it drops its queue, stops its running turn as ``/stop`` does and its delegations; the
-   delete waits for that turn's worker to finish (it may still write its transcript and
-   ledger rows), then stops the actor;
+   delete waits for that turn's worker, and those of a ``/new`` or ``/status`` under way,
+   to finish (they may still write the routing entry, transcript and ledger rows), stops
+   the actor, then waits for the session's notices already queued (each records a
+   ledger row);
 2. under the gateway's dispatch lock, one store transaction deletes the routing entry,
    transcripts with their search index rows, inbox, ledger and outbox rows
    (:meth:`~hermes_actors.store.SessionStore.delete_sessions`); the cached agent is
@@ -29,7 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 import pykka
@@ -61,13 +63,19 @@ class Deleter:
     def __init__(self, gateway: Any, deleting: set[str]) -> None:
         self._gw = gateway
         self._deleting = deleting
+        #: The keys of ``deleting`` a retention pass deletes: a message for one spares it.
+        self._sparable: set[str] = set()
 
     def delete(self, keys: Iterable[str], *, turn_timeout: float = TURN_END_TIMEOUT,
-               only_idle: bool = False) -> dict[str, dict[str, int]]:
+               only_idle: bool = False, still_idle: Callable[[], Container[str]] = tuple
+               ) -> dict[str, dict[str, int]]:
         """Delete the conversations of ``keys``; the rows removed per key deleted (unknown
         keys are left out). Raises :class:`ConversationBusy` when a stopped turn did not
         end within ``turn_timeout`` seconds (that key and the ones after it are kept).
-        ``only_idle`` (retention): a key whose actor runs or holds work is kept."""
+        ``only_idle`` (retention): a key whose actor runs or holds work is kept, and so is
+        one a message arrives for meanwhile (:meth:`spare`) or that ``still_idle()``, asked
+        just before the transaction, no longer names (a turn ran since the keys were
+        picked)."""
         gw = self._gw
         keys = [k for k in dict.fromkeys(keys) if k not in self._deleting]
         if not keys:
@@ -76,29 +84,51 @@ class Deleter:
             if gw._state != "running":  # a stop began: its actors and store are going
                 return {}
             self._deleting.update(keys)
-        try:
-            busy = [key for key in keys if not self._forget_actor(key, turn_timeout, only_idle)]
-            keys = [key for key in keys if key not in busy]
+            if only_idle:
+                self._sparable.update(keys)
+        try:  # (``keys`` stays whole: the finally clears every key it marked)
+            kept = [key for key in keys if self._forget_actor(key, turn_timeout, only_idle)]
             with gw._lock:  # no event is dispatched meanwhile (the set is consulted there)
+                if only_idle and kept:  # a message since spared it, or a turn touched it
+                    idle = still_idle()
+                    kept = [key for key in kept if key in self._deleting and key in idle]
                 removed = gw.store.delete_sessions(
-                    keys, before_commit=lambda: crashpoint(DELETE_CRASH_POINTS[0]))
+                    kept, before_commit=lambda: crashpoint(DELETE_CRASH_POINTS[0]))
                 crashpoint(DELETE_CRASH_POINTS[1])
         finally:
             with gw._lock:
                 self._deleting.difference_update(keys)
+                self._sparable.difference_update(keys)
         self._forget_memory(list(removed))
         return removed
+
+    def spare(self, key: str) -> bool:
+        """An event for ``key`` is being dispatched while it is being deleted (the caller
+        holds the gateway's lock): ``True`` when a retention pass deletes it, which now
+        keeps the conversation (the event is dispatched as usual); ``False`` when an
+        operator deletes it (the event goes with the conversation)."""
+        if key not in self._sparable:
+            return False
+        self._sparable.discard(key)
+        self._deleting.discard(key)
+        log.info("retention spared session_key=%s: a message arrived", key)
+        return True
 
     def _forget_actor(self, key: str, timeout: float, only_idle: bool) -> bool:
         """Take ``key``'s actor out of the router, stop its turn and wait for the turn's
         worker, then stop the actor. ``False`` (nothing done) when ``only_idle`` and the
-        actor is busy."""
-        router = self._gw._live_router
+        actor is busy, or a message spared the key."""
+        gw = self._gw
+        router = gw._live_router
         if only_idle:
             stats = router.ask(key, GetStatistics())
             if stats is not None and (stats.running or stats.queue_depth):
                 return False
-        for _, ref in router.remove_where(lambda k: k == key):
+        with gw._lock:  # (against a dispatch: an event told the actor has spared the key)
+            if only_idle and key not in self._deleting:
+                return False
+            refs = router.remove_where(lambda k: k == key)
+        for _, ref in refs:
             try:
                 ended = ref.ask(Forget(), timeout=10)
             except (pykka.ActorDeadError, pykka.Timeout):
@@ -112,6 +142,10 @@ class Deleter:
                     f"the running turn of {key!r} did not end within {timeout:g} s after it "
                     "was stopped; nothing was deleted (try again)")
             _stop(ref)
+        if not self._gw._live_services.notices.settle(key, timeout):
+            raise ConversationBusy(
+                f"a notice of {key!r} was still being sent {timeout:g} s after its actor "
+                "stopped; nothing was deleted (try again)")
         return True
 
     def _forget_memory(self, keys: list[str]) -> None:
@@ -133,11 +167,13 @@ class Deleter:
         (``None``: none), oldest first; how many were deleted. One log line a batch."""
         if days is None:
             return 0
-        keys = self._gw.store.idle_session_keys(days, batch)
+        store = self._gw.store
+        keys = store.idle_session_keys(days, batch)
         if not keys:
             return 0
         try:
-            removed = self.delete(keys, only_idle=True)
+            removed = self.delete(keys, only_idle=True,
+                                  still_idle=lambda: store.still_idle_keys(keys, days))
         except ConversationBusy as exc:  # a turn began since: the next sweep retries
             log.warning("retention: %s", exc)
             return 0
@@ -147,7 +183,7 @@ class Deleter:
         return len(removed)
 
 
-def _stop(ref: pykka.ActorRef, after: threading.Event | None = None) -> None:
+def _stop(ref: pykka.ActorRef, after: Any = None) -> None:
     """Stop ``ref`` (once ``after`` is set, when given)."""
     if after is not None:
         after.wait()

@@ -311,6 +311,10 @@ class Delivery:
         return self.attempt(owed, target, content)
 
 
+#: Asked of a notice actor: answered once the notices told it before are done.
+_SETTLED = object()
+
+
 class _NoticeActor(LightActor):
     def __init__(self, delivery: Delivery, finished: Callable[[str], None]) -> None:
         super().__init__()
@@ -318,6 +322,8 @@ class _NoticeActor(LightActor):
         self._finished = finished
 
     def on_receive(self, message):
+        if message is _SETTLED:  # what was told before is recorded and sent
+            return True
         session_key, target, text, token, consume, reason, in_reply_to, kind = message
         try:
             self._delivery.send_owed(session_key, target, text, kind, token,
@@ -374,6 +380,18 @@ class NoticePool:
         except pykka.ActorDeadError:
             self._finished(session_key)
             log.warning("notice dropped after shutdown session_key=%s", session_key)
+
+    def settle(self, session_key: str, timeout: float) -> bool:
+        """Wait until the notices queued for ``session_key`` so far are recorded and sent
+        (a delete, once the session's actor stopped, so none is recorded after it);
+        ``False`` when that took longer than ``timeout`` seconds."""
+        ref = self._refs[zlib.crc32(session_key.encode()) % len(self._refs)]
+        try:
+            return bool(ref.ask(_SETTLED, timeout=timeout))
+        except pykka.ActorDeadError:
+            return True
+        except pykka.Timeout:
+            return False
 
     def stop(self) -> None:
         """Stop the actors after they deliver what they hold."""

@@ -619,7 +619,8 @@ class Gateway:
         """Tell the session's actor (under ``_lock``, which orders concurrent submits); with
         ``refusable``, ask it instead and return the future of its ``InboundAnswer`` with
         the decision it shares with the asker (``AdmitTicket``)."""
-        if self._deleting and key in self._deleting:  # deleted with the conversation
+        if self._deleting and key in self._deleting and not self._deleter.spare(key):
+            # deleted with the conversation (an operator's delete; retention spares it)
             log.info("event=dropped_with_deleted_conversation session_key=%s event_id=%s",
                      key, event.event_id)
             return None

@@ -15,6 +15,8 @@ consumed (a command word without a handler, say): one that did not is consumed a
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import pykka
@@ -90,6 +92,8 @@ class SessionActor(LightActor):
                                 services.config.queue_max, services.clock.monotonic())
         #: The running turn's handle (its worker, its agent), or ``None``.
         self._turn: RunningTurn | None = None
+        #: Set as each worker of ``/new`` or ``/status`` ends (a delete waits for them).
+        self._working: list[threading.Event] = []
         self._holding = False
         #: The queue depth last added to ``services.queued``.
         self._reported_depth = 0
@@ -159,7 +163,10 @@ class SessionActor(LightActor):
         if isinstance(message, IdleCheck):
             return bool(retired)
         if type(message) is Forget:  # what the delete waits for before it deletes
-            return self._turn.ended if self._turn is not None else None
+            waits = [ended for ended in self._working if not ended.is_set()]
+            if self._turn is not None:
+                waits.append(self._turn.ended)
+            return AllSet(waits) if waits else None
         return reaction.answer
 
     def _check_handled(self, event: MessageEvent, effects: list) -> None:
@@ -251,6 +258,8 @@ class SessionActor(LightActor):
         tracker = self._s.tracker
         tracker.add()
         tenure = self.tenure
+        ended = threading.Event()
+        self._working = [e for e in self._working if not e.is_set()] + [ended]
 
         def run() -> None:
             try:
@@ -259,6 +268,7 @@ class SessionActor(LightActor):
             except Exception:  # noqa: BLE001 - logged; the unit is released regardless
                 log.exception("%s failed session_key=%s", name, self.session_key)
             finally:
+                ended.set()
                 tracker.done()
 
         spawn(run, name)
@@ -378,3 +388,19 @@ def format_duration(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m {whole % 60:02d}s"
     return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+class AllSet:
+    """Waits for several events (a deleted session's turn and workers), like one."""
+
+    def __init__(self, events: list[threading.Event]) -> None:
+        self._events = events
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether every event is set, within ``timeout`` seconds in all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self._events:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not event.wait(left):
+                return False
+        return True

@@ -280,6 +280,15 @@ class SessionLifecycle:
                 keys.append(entry.session_key)
         return keys
 
+    def still_idle(self, keys: Iterable[str], max_age_days: float) -> set[str]:
+        """Those of ``keys`` still idle for ``max_age_days`` with nothing pending (their
+        entries as of now: no database scan)."""
+        core = self._core
+        cutoff = core.ts() - float(max_age_days) * 86400.0
+        return {key for key in keys
+                if (entry := core.entries.get(key)) is not None
+                and lifecycle.is_stale(entry, cutoff)}
+
     def delete_conversations(self, keys: Iterable[str], extra: Callable[[list[str]], list[Op]],
                              before_commit: Callable[[], None] | None = None
                              ) -> dict[str, dict[str, int]]:

@@ -276,6 +276,11 @@ class SessionStore:
         and not protected by ``has_active_processes_fn``: retention's candidates."""
         return self._sessions.idle_keys(max_age_days, limit)
 
+    def still_idle_keys(self, keys: Iterable[str], max_age_days: float) -> set[str]:
+        """Those of ``keys`` (retention's candidates) still idle for ``max_age_days`` with
+        nothing pending, as of now (a turn may have run since they were picked)."""
+        return self._sessions.still_idle(keys, max_age_days)
+
     def mark_resume_pending(self, key: str, reason: str) -> bool:
         """Set ``resume_pending`` with ``reason`` (replacing an older one: the caller
         states the newer cause) and ``last_resume_marked_at``; refused on a suspended

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 
 import pytest
 from wsgi_api import ADMIN, TOKEN, admin_api, admin_call, admin_path
 
 from hermes_actors.runtime.deletion import RETENTION_BATCH, ConversationBusy
+from hermes_actors.runtime.session_core import NOTHING_TO_STOP
 
 DAY = 86400.0
 
@@ -130,6 +132,84 @@ class TestWhileDeleting:
         assert _messages(h, h.gw.store.get(h.key()).session_id) == ["after", "echo: after"]
 
 
+class TestDeleteRacingNew:
+    """A ``/new`` whose worker is still resetting when the delete comes: the delete waits
+    for it, so the reset cannot write the deleted routing entry back afterwards."""
+
+    @staticmethod
+    def _slow_reset(h) -> tuple[threading.Event, threading.Event]:
+        resetting, release, reset = threading.Event(), threading.Event(), h.gw.store.reset_session
+
+        def slow(key):
+            resetting.set()
+            assert release.wait(10)
+            return reset(key)
+
+        h.gw.store.reset_session = slow
+        return resetting, release
+
+    def test_the_delete_waits_for_the_reset_and_nothing_comes_back(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        resetting, release = self._slow_reset(h)
+        h.send("/new")
+        assert resetting.wait(10)
+        deleted: list = []
+        deleting = threading.Thread(target=lambda: deleted.append(
+            h.gw.delete_session(h.key())))
+        deleting.start()
+        release.set()
+        deleting.join(20)
+        assert deleted and deleted[0]["routing"] == 1
+        h.idle()
+        store = h.gw.store
+        assert store.get(h.key()) is None  # (the reset's new entry went with the rest)
+        for table in ("routing", "deliveries", "inbox"):
+            assert _rows(h, table, h.key()) == [], table
+
+    def test_a_reset_that_does_not_end_in_time_keeps_everything(self, make_harness):
+        h = make_harness()
+        h.send("hi")
+        h.idle()
+        resetting, release = self._slow_reset(h)
+        h.send("/new")
+        assert resetting.wait(10)
+        with pytest.raises(ConversationBusy):
+            h.gw._deleter.delete([h.key()], turn_timeout=0.05)
+        assert h.gw.store.get(h.key()) is not None  # nothing was deleted ...
+        release.set()
+        h.idle()
+        entry = h.gw.store.get(h.key())  # ... and the /new went through
+        assert entry is not None and entry.prev_session_id is not None
+
+
+class TestDeleteAfterQueuedNotices:
+    def test_a_notice_queued_before_the_delete_is_recorded_before_it(self, make_harness):
+        """A notice the session's actor queued (here ``/stop``'s answer, behind a slow one
+        of another chat on the same notice actor) would record its ledger row after the
+        delete: the delete waits for it, or deletes nothing."""
+        h = make_harness()
+        pool = h.gw.services.notices
+        bucket = zlib.crc32(h.key().encode()) % len(pool._refs)
+        other = next(c for c in map(str, range(1000))
+                     if c != "42" and zlib.crc32(h.key(c).encode()) % len(pool._refs) == bucket)
+        h.send("hi")
+        h.idle()
+        sending, release = h.slow_send(NOTHING_TO_STOP)
+        h.send("/stop", chat_id=other)
+        assert sending.wait(10)  # the notice actor is busy with the other chat's answer
+        h.send("/stop")  # this chat's answer waits behind it
+        with pytest.raises(ConversationBusy):
+            h.gw._deleter.delete([h.key()], turn_timeout=0.05)
+        assert h.gw.store.get(h.key()) is not None  # nothing was deleted
+        release.set()
+        h.idle()
+        assert h.gw.delete_session(h.key())["routing"] == 1  # the retry
+        h.idle()
+        assert _rows(h, "deliveries", h.key()) == []
+
+
 class TestRetention:
     def test_idle_conversations_are_deleted_by_age_in_batches(self, make_harness, caplog):
         h = make_harness(retention={"days": 30})
@@ -169,6 +249,65 @@ class TestRetention:
         keep.gw.housekeeping_tick()
         assert keep.gw.store.get(keep.key()).session_id == kept
         assert _messages(keep, kept) == ["hi", "echo: hi"]
+
+
+class TestRetentionRacingAMessage:
+    """A message for a conversation retention has picked keeps it (retention never drops
+    what a user sends, unlike an operator's delete)."""
+
+    @staticmethod
+    def _old_conversation(h) -> str:
+        h.send("hi")
+        h.idle()
+        h.clock.advance(2 * DAY)
+        return h.gw.store.get(h.key()).session_id
+
+    @staticmethod
+    def _after_picking(h, act) -> None:
+        """Run ``act`` once retention has picked its keys (before it deletes any)."""
+        pick, acted = h.gw.store.idle_session_keys, []
+
+        def picked(days, limit):
+            keys = pick(days, limit)
+            if not acted:
+                acted.append(act())
+            return keys
+
+        h.gw.store.idle_session_keys = picked
+
+    def test_a_turn_begun_since_keeps_it_and_later_messages_are_answered(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        self._after_picking(h, lambda: h.hold("g"))
+        assert h.gw._deleter.sweep(1) == 0
+        h.gates.open_all()
+        h.idle()
+        h.send("after")
+        h.idle()
+        assert h.texts()[-1] == "echo: after"  # (the key was left marked as being deleted)
+        assert h.gw.store.get(h.key()).session_id == kept
+
+    def test_a_turn_ended_since_keeps_it(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        self._after_picking(h, lambda: (h.send("quick"), h.idle()))
+        assert h.gw._deleter.sweep(1) == 0
+        assert _messages(h, kept)[-2:] == ["quick", "echo: quick"]
+
+    def test_a_message_arriving_while_it_is_being_deleted_spares_it(self, make_harness):
+        h = make_harness(retention={"days": 1})
+        kept = self._old_conversation(h)
+        deleter, forget = h.gw._deleter, h.gw._deleter._forget_actor
+
+        def message_first(key, timeout, only_idle):
+            h.send("during")  # (the key is marked as being deleted by now)
+            return forget(key, timeout, only_idle)
+
+        deleter._forget_actor = message_first
+        assert deleter.sweep(1) == 0
+        h.idle()
+        assert h.texts()[-1] == "echo: during"
+        assert _messages(h, kept)[-2:] == ["during", "echo: during"]
 
 
 class TestDeleteOnEveryBackend:
