@@ -314,9 +314,9 @@ class TestBoundedMemory:
     """What the writer remembers of sessions is bounded; forgetting costs one statement."""
 
     def test_forgotten_sessions_still_count_their_messages(self, tmp_path, monkeypatch):
-        from hermes_actors.store.backends.sqlite import operations
+        from hermes_actors.store import opdispatch
 
-        monkeypatch.setattr(operations, "KNOWN_SESSIONS", 2)
+        monkeypatch.setattr(opdispatch, "KNOWN_SESSIONS", 2)
         db = SessionDB(tmp_path / "state.db")
         try:
             sids = [f"20231114_221320_0000000{n}" for n in range(5)]

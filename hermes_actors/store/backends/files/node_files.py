@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from hermes_actors._green import off_the_hub
@@ -79,6 +80,18 @@ def remove_home_files(home: Path, names: dict[str, str]) -> None:
     for name in names:
         with contextlib.suppress(FileNotFoundError):
             (home / HOME_FILES[name]).unlink()
+
+
+def import_home_files(home: Path, put: Callable[[dict[str, str]], None], where: str) -> None:
+    """The node state a files backend (degraded mode, or a build before the state moved
+    into the database) left in ``home``: ``put`` stores the values (one transaction), then
+    the files are removed. Idempotent: a crash between the two imports the same again."""
+    found = read_home_files(home)
+    if not found:
+        return
+    put(found)
+    remove_home_files(home, found)
+    log.info("imported %s from the home into %s", ", ".join(sorted(found)), where)
 
 
 def read_node_id_file(home: Path) -> str | None:

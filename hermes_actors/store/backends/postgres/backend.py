@@ -34,16 +34,17 @@ import psycopg
 from hermes_actors.config import DEFAULT_POOL_SIZE
 from hermes_actors.errors import StoreError, StoreUnavailableError
 from hermes_actors.model.ids import new_id
+from hermes_actors.store.backends.closing import ClosesOnce
 from hermes_actors.store.backends.files.node_files import (
-    read_home_files,
+    import_home_files,
     read_node_id_file,
-    remove_home_files,
     write_node_id_file,
 )
 from hermes_actors.store.backends.postgres import fts
 from hermes_actors.store.backends.postgres.committer import GroupCommitter
 from hermes_actors.store.backends.postgres.connection import Server
 from hermes_actors.store.backends.postgres.models import Delivery, Session, sql_of
+from hermes_actors.store.backends.postgres.operations import PUT_NODE_VALUE
 from hermes_actors.store.backends.postgres.reads import Reads
 from hermes_actors.store.backends.postgres.schema import (
     SCHEMA_VERSION,
@@ -58,12 +59,6 @@ from hermes_actors.store.ops import Op
 __all__ = ["DEFAULT_POOL_SIZE", "PostgresBackend", "PostgresStatistics"]
 
 log = logging.getLogger(__name__)
-
-_PUT_NODE_VALUE = (
-    "INSERT INTO node_state (node_id, name, value) VALUES (%s, %s, %s)"
-    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
-)
-
 
 class PostgresStatistics(NamedTuple):
     """The backend's record: write transactions and lists, and its read pool."""
@@ -84,7 +79,7 @@ class PostgresStatistics(NamedTuple):
     pool_waiting: int = 0
 
 
-class PostgresBackend(Reads):
+class PostgresBackend(Reads, ClosesOnce):
     """The store on the PostgreSQL database ``dsn`` names, for the gateway home ``home``.
 
     ``pool_size`` read connections are opened at start, plus one for writes. With
@@ -149,23 +144,17 @@ class PostgresBackend(Reads):
             conn.close()
 
     def _import_home_files(self, conn: Any) -> None:
-        """Node state a files backend left in the home: into ``node_state``, then removed
-        (a crash between the two imports the same again)."""
-        found = read_home_files(self.home)
-        if not found:
-            return
-        with conn.transaction():
-            for name, value in found.items():
-                conn.execute(_PUT_NODE_VALUE, (self._node_id, name, value))
-        remove_home_files(self.home, found)
-        log.info("imported %s from the home into %s", ", ".join(sorted(found)), self.where)
+        def put(found: dict[str, str]) -> None:
+            with conn.transaction():
+                for name, value in found.items():
+                    conn.execute(PUT_NODE_VALUE, (self._node_id, name, value))
+
+        import_home_files(self.home, put, self.where)
 
     def close(self) -> None:
         """Apply the writes already queued, then close every connection (idempotent)."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._first_close():
+            return
         try:
             if self._committer is not None:
                 self._committer.close()

@@ -21,14 +21,12 @@ round trip more).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from cachetools import LRUCache
-
-from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
+from hermes_actors.store import ops as store_ops
+from hermes_actors.store.backends import statements
 from hermes_actors.store.backends.postgres.batch import Batch, Later, Result
 from hermes_actors.store.backends.postgres.models import Delivery, Inbox, sql_of
 from hermes_actors.store.backends.postgres.schema import (
@@ -36,67 +34,19 @@ from hermes_actors.store.backends.postgres.schema import (
     inbox_channel,
     outbox_notice,
 )
-from hermes_actors.store.ops import (
-    CONVERSATION_TABLES,
-    AcceptEvent,
-    AddTokens,
-    AppendMessage,
-    ConsumeEvents,
-    CreateSession,
-    DeleteConversations,
-    DeleteRouting,
-    EndSession,
-    FenceShard,
-    LedgerClaim,
-    LedgerFinish,
-    LedgerPrune,
-    LedgerRecord,
-    LedgerRelease,
-    LedgerReopen,
-    NodeValue,
-    NotifyOutbox,
-    NotifyShard,
-    Op,
-    OutboxAppend,
-    OutboxPrune,
-    PruneInbox,
-    PutRouting,
-    SetRoutingFlags,
-    SetSessionRestarts,
-    WithdrawEvent,
-)
+from hermes_actors.store.backends.statements import pyformat
+from hermes_actors.store.opdispatch import OpHandlers
+from hermes_actors.store.ops import CONVERSATION_TABLES, Op
 
-__all__ = ["KNOWN_SESSIONS", "PostgresOps"]
+__all__ = ["PUT_NODE_VALUE", "PostgresOps"]
 
-#: How many session ids with a ``sessions`` row the writer remembers.
-KNOWN_SESSIONS = 100_000
-
-_INSERT_SESSION = (
-    "INSERT INTO sessions (id, session_key, source, started_at, parent_session_id)"
-    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
-)
+_INSERT_SESSION = pyformat(statements.INSERT_SESSION)
 _ENSURE_SESSION = (
     "INSERT INTO sessions (id, started_at) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING"
 )
-_END_SESSION = (
-    "UPDATE sessions SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL"
-)
-_PUT_ROUTING = (
-    "INSERT INTO routing (session_key, entry, active_turn_token, active_turn_started_at,"
-    " active_turn_internal, resume_pending, suspended, updated_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (session_key) DO UPDATE SET entry = excluded.entry,"
-    " active_turn_token = excluded.active_turn_token,"
-    " active_turn_started_at = excluded.active_turn_started_at,"
-    " active_turn_internal = excluded.active_turn_internal,"
-    " resume_pending = excluded.resume_pending, suspended = excluded.suspended,"
-    " updated_at = excluded.updated_at"
-)
-_SET_ROUTING_FLAGS = (
-    "UPDATE routing SET active_turn_token = %s, active_turn_started_at = %s,"
-    " active_turn_internal = %s, resume_pending = %s, suspended = %s, updated_at = %s"
-    " WHERE session_key = %s"
-)
+_END_SESSION = pyformat(statements.END_SESSION)
+_PUT_ROUTING = pyformat(statements.PUT_ROUTING)
+_SET_ROUTING_FLAGS = pyformat(statements.SET_ROUTING_FLAGS)
 _DELETE_ROUTING = "DELETE FROM routing WHERE session_key = ANY(%s::text[])"
 #: ``DeleteConversations``: the sessions of the keys, then each table's rows.
 _CONVERSATION_SESSIONS = "SELECT id FROM sessions WHERE session_key = ANY(%s::text[])"
@@ -111,56 +61,31 @@ _APPEND_MESSAGE = (
     " s AS (UPDATE sessions SET message_count = message_count + 1 WHERE id = %s)"
     " SELECT id FROM m"
 )
-_ADD_TOKENS = (
-    "UPDATE sessions SET input_tokens = input_tokens + %s,"
-    " output_tokens = output_tokens + %s WHERE id = %s"
-)
-_ADD_TOKENS_LAST = (
-    "UPDATE sessions SET input_tokens = input_tokens + %s,"
-    " output_tokens = output_tokens + %s, last_prompt_tokens = %s WHERE id = %s"
-)
-_ACCEPT_EVENT = (
-    "INSERT INTO inbox (event_id, session_key, payload, internal, received_at, ingress_key)"
-    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-)
+_ADD_TOKENS = pyformat(statements.ADD_TOKENS)
+_ADD_TOKENS_LAST = pyformat(statements.ADD_TOKENS_LAST)
+_ACCEPT_EVENT = pyformat(statements.ACCEPT_EVENT)
 _ACCEPT_EVENT_RETURNING = _ACCEPT_EVENT + " RETURNING event_id"
-_INGRESS_HOLDER = "SELECT event_id FROM inbox WHERE ingress_key = %s"
-_WITHDRAW_EVENT = "DELETE FROM inbox WHERE event_id = %s AND consumed_at IS NULL"
+_INGRESS_HOLDER = pyformat(statements.INGRESS_HOLDER)
+_WITHDRAW_EVENT = pyformat(statements.WITHDRAW_EVENT)
 _CONSUME_EVENTS = (
     "UPDATE inbox SET consumed_at = %s, consumed_reason = %s"
     " WHERE event_id = ANY(%s::text[]) AND consumed_at IS NULL"
 )
 _FENCE_SHARD = "SELECT cluster_fence(%s, %s, %s)"
 _NOTIFY = "SELECT pg_notify(%s, %s)"
-_LEDGER_RECORD = (
-    "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
-    " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s, %s, %s)"
-    " ON CONFLICT (obligation_id) DO NOTHING"
-)
+_LEDGER_RECORD = pyformat(statements.LEDGER_RECORD)
 #: A claim in one statement: the row is moved to ``attempting`` exactly when
 #: ``ledger.claim_allowed`` allows it (a claimable state, and not the claimer's own
 #: attempt); ``tests/store/postgres/test_writes.py`` checks the two agree on every case.
-_LEDGER_CLAIM = (
-    "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_node = %s,"
-    " owner_boot = %s, updated_at = %s WHERE obligation_id = %s"
+_LEDGER_CLAIM = pyformat(statements.LEDGER_CLAIM) + (
     " AND state = ANY(%s::text[]) AND NOT (state = 'attempting'"
     " AND owner_node IS NOT DISTINCT FROM %s AND owner_boot IS NOT DISTINCT FROM %s)"
 )
 _CLAIMABLE = list(ledger.CLAIMABLE_STATES)
 #: ``ledger.released_state`` in SQL (the ``CASE`` reads ``attempts`` before the update).
-_LEDGER_RELEASE = (
-    "UPDATE deliveries SET state = CASE WHEN attempts > 1 THEN 'failed' ELSE 'pending' END,"
-    " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = %s"
-    " WHERE obligation_id = %s AND state = 'attempting' AND owner_node = %s"
-    " AND owner_boot = %s"
-)
-_LEDGER_STATE = "SELECT state FROM deliveries WHERE obligation_id = %s FOR UPDATE"
-_LEDGER_REOPEN = (
-    "UPDATE deliveries SET state = 'pending', attempts = 0, owner_node = NULL,"
-    " owner_boot = NULL, last_error = NULL, updated_at = %s"
-    " WHERE obligation_id = %s AND state IN ('failed', 'abandoned')"
-)
+_LEDGER_RELEASE = pyformat(statements.LEDGER_RELEASE)
+_LEDGER_STATE = pyformat(statements.LEDGER_STATE) + " FOR UPDATE"
+_LEDGER_REOPEN = pyformat(statements.LEDGER_REOPEN)
 #: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
 _NOT_TAKEN = (" AND (%s::text IS NULL OR owner_node IS NULL"
               " OR (owner_node = %s AND owner_boot IS NOT DISTINCT FROM %s))")
@@ -175,15 +100,9 @@ _LEDGER_FINISH_OWED = (
     "UPDATE deliveries SET state = %s, last_error = %s, updated_at = %s,"
     " content = COALESCE(%s::text, content) WHERE obligation_id = %s" + _NOT_TAKEN
 )
-_OUTBOX_APPEND = (
-    "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
-    " in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
-)
+_OUTBOX_APPEND = pyformat(statements.OUTBOX_APPEND) + " RETURNING cursor"
 #: A row of degraded mode with the cursor it was read at (its journal's import).
-_OUTBOX_IMPORT = (
-    "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
-    " created_at, in_reply_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING cursor"
-)
+_OUTBOX_IMPORT = pyformat(statements.OUTBOX_IMPORT) + " RETURNING cursor"
 #: :data:`_OUTBOX_IMPORT` of an append that ended a ledger row's attempt (as
 #: :data:`_OUTBOX_DELIVERED` decides it).
 _OUTBOX_DELIVERED_IMPORT = (
@@ -211,11 +130,9 @@ _OUTBOX_DELIVERED = (
     " in_reply_to) SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM d RETURNING cursor"
 )
 _OUTBOX_PRUNE = "DELETE FROM outbox WHERE created_at < %s"
-_PUT_NODE_VALUE = (
-    "INSERT INTO node_state (node_id, name, value) VALUES (%s, %s, %s)"
-    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
-)
-_DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = %s AND name = %s"
+#: Upserts one ``node_state`` value (also the import of a home's node files).
+PUT_NODE_VALUE = pyformat(statements.PUT_NODE_VALUE)
+_DELETE_NODE_VALUE = pyformat(statements.DELETE_NODE_VALUE)
 #: The stuck-loop counts per session, shared by every node (migration 4).
 _PUT_SESSION_RESTARTS = (
     "INSERT INTO session_restarts (session_key, restarts, updated_at)"
@@ -254,82 +171,46 @@ def _first_row(result: Result) -> tuple[Any, ...] | None:
     return result.rows[0] if result.rows else None
 
 
-class PostgresOps:
+class PostgresOps(OpHandlers):
     """Applies operations on a psycopg cursor (only the backend's committer calls it)."""
 
     def __init__(self) -> None:
-        #: Session ids known to have a ``sessions`` row (saves a statement per append),
-        #: bounded as on SQLite: forgetting one costs one ``ON CONFLICT DO NOTHING``.
-        self._known: LRUCache[str, bool] = LRUCache(maxsize=KNOWN_SESSIONS)
-        self._known_in_txn: set[str] = set()
-        self._handlers: dict[type, Callable[[Any, Any], Any]] = {
-            CreateSession: self._create_session,
-            EndSession: self._end_session,
-            PutRouting: self._put_routing,
-            SetRoutingFlags: self._set_routing_flags,
-            DeleteRouting: self._delete_routing,
-            DeleteConversations: self._delete_conversations,
-            AppendMessage: self._append_message,
-            AddTokens: self._add_tokens,
-            AcceptEvent: self._accept_event,
-            WithdrawEvent: self._withdraw_event,
-            ConsumeEvents: self._consume_events,
-            PruneInbox: self._prune_inbox,
-            LedgerRecord: self._ledger_record,
-            LedgerClaim: self._ledger_claim,
-            LedgerRelease: self._ledger_release,
-            LedgerReopen: self._ledger_reopen,
-            LedgerFinish: self._ledger_finish,
-            LedgerPrune: self._ledger_prune,
-            OutboxAppend: self._outbox_append,
-            OutboxPrune: self._outbox_prune,
-            NodeValue: self._node_value,
-            FenceShard: self._fence_shard,
-            NotifyShard: self._notify_shard,
-            NotifyOutbox: self._notify_outbox,
-            SetSessionRestarts: self._session_restarts,
-        }
+        super().__init__("PostgreSQL")
 
     def apply(self, batch: Batch, op: Op) -> Any:
         """Add one operation's statements to the transaction's batch; its result, or a
         :class:`~.batch.Later` for it."""
         handler = self._handlers.get(type(op))
         if handler is None:
-            raise StoreError(f"PostgreSQL cannot apply {type(op).__name__}")
+            self.refuse(op)
         return handler(batch, op)
-
-    def committed(self, ok: bool) -> None:
-        """Tell the handlers whether the surrounding transaction committed."""
-        if ok:
-            self._known.update(dict.fromkeys(self._known_in_txn, True))
-        self._known_in_txn = set()
 
     # -- sessions and routing ---------------------------------------------------------------
 
-    def _create_session(self, batch: Batch, op: CreateSession) -> None:
+    def _create_session(self, batch: Batch, op: store_ops.CreateSession) -> None:
         batch.add(_INSERT_SESSION, (op.session_id, op.session_key, _json(op.source),
                                       op.started_at, op.parent_session_id))
         self._known_in_txn.add(op.session_id)
 
-    def _end_session(self, batch: Batch, op: EndSession) -> None:
+    def _end_session(self, batch: Batch, op: store_ops.EndSession) -> None:
         batch.add(_END_SESSION, (op.ended_at, op.reason, op.session_id))
 
-    def _put_routing(self, batch: Batch, op: PutRouting) -> None:
+    def _put_routing(self, batch: Batch, op: store_ops.PutRouting) -> None:
         batch.add(_PUT_ROUTING, (
             op.session_key, op.entry, op.active_turn_token, op.active_turn_started_at,
             bool(op.active_turn_internal), bool(op.resume_pending), bool(op.suspended),
             op.updated_at))
 
-    def _set_routing_flags(self, batch: Batch, op: SetRoutingFlags) -> Later:
+    def _set_routing_flags(self, batch: Batch, op: store_ops.SetRoutingFlags) -> Later:
         return batch.run(_SET_ROUTING_FLAGS, (
             op.active_turn_token, op.active_turn_started_at, bool(op.active_turn_internal),
             bool(op.resume_pending), bool(op.suspended), op.updated_at, op.session_key),
             _rowcount)
 
-    def _delete_routing(self, batch: Batch, op: DeleteRouting) -> Later:
+    def _delete_routing(self, batch: Batch, op: store_ops.DeleteRouting) -> Later:
         return batch.run(_DELETE_ROUTING, (list(op.session_keys),), _rowcount)
 
-    def _delete_conversations(self, batch: Batch, op: DeleteConversations) -> dict[str, int]:
+    def _delete_conversations(self, batch: Batch, op: store_ops.DeleteConversations) -> dict[str, int]:
         # messages before their sessions rows (the reference); the full-text index is an
         # expression index over messages, so their rows leave it with them
         keys = list(op.session_keys)
@@ -344,7 +225,7 @@ class PostgresOps:
             self._known.pop(session_id, None)
         return counts
 
-    def _add_tokens(self, batch: Batch, op: AddTokens) -> None:
+    def _add_tokens(self, batch: Batch, op: store_ops.AddTokens) -> None:
         if op.last_prompt_tokens is None:
             batch.add(_ADD_TOKENS, (int(op.input_tokens), int(op.output_tokens),
                                       op.session_id))
@@ -354,7 +235,7 @@ class PostgresOps:
 
     # -- transcript (hot path) --------------------------------------------------------------
 
-    def _append_message(self, batch: Batch, op: AppendMessage) -> Later:
+    def _append_message(self, batch: Batch, op: store_ops.AppendMessage) -> Later:
         msg = op.message
         if op.session_id not in self._known and op.session_id not in self._known_in_txn:
             # Old data may route to a session whose row never existed (mirror-only entries).
@@ -367,7 +248,7 @@ class PostgresOps:
 
     # -- inbox ------------------------------------------------------------------------------
 
-    def _accept_event(self, batch: Batch, op: AcceptEvent) -> str:
+    def _accept_event(self, batch: Batch, op: store_ops.AcceptEvent) -> str:
         params = (op.event_id, op.session_key, op.payload, bool(op.internal),
                   op.received_at, op.ingress_key)
         if op.ingress_key is None:  # the event's id whether or not it was new
@@ -378,34 +259,34 @@ class PostgresOps:
         holder = _first_row(batch.now(_INGRESS_HOLDER, (op.ingress_key,)))
         return holder[0] if holder is not None else op.event_id
 
-    def _withdraw_event(self, batch: Batch, op: WithdrawEvent) -> Later:
+    def _withdraw_event(self, batch: Batch, op: store_ops.WithdrawEvent) -> Later:
         return batch.run(_WITHDRAW_EVENT, (op.event_id,), _rowcount)
 
-    def _consume_events(self, batch: Batch, op: ConsumeEvents) -> Later:
+    def _consume_events(self, batch: Batch, op: store_ops.ConsumeEvents) -> Later:
         return batch.run(_CONSUME_EVENTS, (op.at, op.reason, list(op.event_ids)), _rowcount)
 
-    def _prune_inbox(self, batch: Batch, op: PruneInbox) -> Later:
+    def _prune_inbox(self, batch: Batch, op: store_ops.PruneInbox) -> Later:
         i = Inbox
         return batch.run(*sql_of(i.delete().where(i.consumed_at.is_null(False)
                                                   & (i.consumed_at < op.before))), _rowcount)
 
     # -- delivery ledger --------------------------------------------------------------------
 
-    def _ledger_record(self, batch: Batch, op: LedgerRecord) -> None:
+    def _ledger_record(self, batch: Batch, op: store_ops.LedgerRecord) -> None:
         batch.add(_LEDGER_RECORD, (op.obligation_id, op.session_key, op.platform,
                                      op.chat_id, op.thread_id, op.content, op.kind, op.at,
                                      op.at, op.in_reply_to))
 
-    def _ledger_claim(self, batch: Batch, op: LedgerClaim) -> Later:
+    def _ledger_claim(self, batch: Batch, op: store_ops.LedgerClaim) -> Later:
         return batch.run(_LEDGER_CLAIM, (
             op.owner_node, op.owner_boot, op.at, op.obligation_id, _CLAIMABLE,
             op.owner_node, op.owner_boot), _claimed)
 
-    def _ledger_release(self, batch: Batch, op: LedgerRelease) -> Later:
+    def _ledger_release(self, batch: Batch, op: store_ops.LedgerRelease) -> Later:
         return batch.run(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
                                            op.owner_boot), _claimed)
 
-    def _ledger_reopen(self, batch: Batch, op: LedgerReopen) -> str | None:
+    def _ledger_reopen(self, batch: Batch, op: store_ops.LedgerReopen) -> str | None:
         row = _first_row(batch.now(_LEDGER_STATE, (op.obligation_id,)))
         if row is None:
             return None
@@ -413,7 +294,7 @@ class PostgresOps:
             batch.add(_LEDGER_REOPEN, (op.at, op.obligation_id))
         return str(row[0])
 
-    def _ledger_finish(self, batch: Batch, op: LedgerFinish) -> Later | str | None:
+    def _ledger_finish(self, batch: Batch, op: store_ops.LedgerFinish) -> Later | str | None:
         owner = (op.owner_node, op.owner_node, op.owner_boot)
         if op.state == "delivered":  # final whatever the attempts: one statement
             return batch.run(_LEDGER_FINISH, ("delivered", None, op.at, op.obligation_id,
@@ -428,14 +309,14 @@ class PostgresOps:
                                         *owner))
         return state
 
-    def _ledger_prune(self, batch: Batch, op: LedgerPrune) -> Later:
+    def _ledger_prune(self, batch: Batch, op: store_ops.LedgerPrune) -> Later:
         d = Delivery
         return batch.run(*sql_of(d.delete().where(d.state.in_(list(ledger.FINAL_STATES))
                                                   & (d.updated_at < op.before))), _rowcount)
 
     # -- outbox and node state --------------------------------------------------------------
 
-    def _outbox_append(self, batch: Batch, op: OutboxAppend) -> Later:
+    def _outbox_append(self, batch: Batch, op: store_ops.OutboxAppend) -> Later:
         if op.cursor is not None:
             # degraded mode's row keeps the cursor its readers may have seen: drawn above the
             # clock, it is above every cursor here (files.memory.clock_floor)
@@ -458,10 +339,10 @@ class PostgresOps:
                                           op.thread_id, op.text, op.kind, op.created_at,
                                           op.in_reply_to), _first_int)
 
-    def _outbox_prune(self, batch: Batch, op: OutboxPrune) -> Later:
+    def _outbox_prune(self, batch: Batch, op: store_ops.OutboxPrune) -> Later:
         return batch.run(_OUTBOX_PRUNE, (op.before,), _rowcount)
 
-    def _fence_shard(self, batch: Batch, op: FenceShard) -> None:
+    def _fence_shard(self, batch: Batch, op: store_ops.FenceShard) -> None:
         # Raises FENCED_SQLSTATE in the server, failing the list (Server.rejected names it).
         # Once per tenure and transaction (a group commit holds several lists of a shard):
         # the first check holds the lease row until the transaction ends, and its failure
@@ -470,22 +351,22 @@ class PostgresOps:
         if batch.first(("fence", *params)):
             batch.add(_FENCE_SHARD, params)
 
-    def _notify_shard(self, batch: Batch, op: NotifyShard) -> None:
+    def _notify_shard(self, batch: Batch, op: store_ops.NotifyShard) -> None:
         # the server delivers the same notice of one transaction once anyway
         params = (inbox_channel(int(op.shard)), op.origin)
         if batch.first(("notify", *params)):
             batch.add(_NOTIFY, params)
 
-    def _notify_outbox(self, batch: Batch, op: NotifyOutbox) -> None:
+    def _notify_outbox(self, batch: Batch, op: store_ops.NotifyOutbox) -> None:
         batch.add(_NOTIFY, (OUTBOX_CHANNEL, outbox_notice(op.origin, op.platform, op.chat_id)))
 
-    def _node_value(self, batch: Batch, op: NodeValue) -> None:
+    def _node_value(self, batch: Batch, op: store_ops.NodeValue) -> None:
         if op.value is None:
             batch.add(_DELETE_NODE_VALUE, (op.node_id, op.name))
         else:
-            batch.add(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))
+            batch.add(PUT_NODE_VALUE, (op.node_id, op.name, op.value))
 
-    def _session_restarts(self, batch: Batch, op: SetSessionRestarts) -> None:
+    def _set_session_restarts(self, batch: Batch, op: store_ops.SetSessionRestarts) -> None:
         # per session, whichever node writes (node_id is a one-node store's business)
         last = dict(op.counts)  # a key named twice: its last count
         put = sorted((k, int(n)) for k, n in last.items() if int(n) > 0)

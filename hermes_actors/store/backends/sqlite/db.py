@@ -47,16 +47,16 @@ from hermes_actors.errors import (
     StoreUnavailableError,
 )
 from hermes_actors.model.ids import new_id
+from hermes_actors.store.backends.closing import ClosesOnce
 from hermes_actors.store.backends.files.node_files import (
-    read_home_files,
+    import_home_files,
     read_node_id_file,
-    remove_home_files,
 )
 from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite import fts
 from hermes_actors.store.backends.sqlite.checkpointer import FALLBACK_PAGES
 from hermes_actors.store.backends.sqlite.executor import DbExecutor, ExecutorStatistics
-from hermes_actors.store.backends.sqlite.operations import SqliteOps
+from hermes_actors.store.backends.sqlite.operations import PUT_NODE_VALUE, SqliteOps
 from hermes_actors.store.backends.sqlite.schema import (
     FLAGS_SCHEMA,
     ROUTING_FLAGGED,
@@ -182,7 +182,7 @@ _ROUTING_SELECT = (
 )
 
 
-class SessionDB:
+class SessionDB(ClosesOnce):
     """The canonical session database at ``path`` (created with its schema when missing).
 
     ``read_only=True`` opens an existing database without creating or changing anything
@@ -328,27 +328,17 @@ class SessionDB:
         return self._read_node_id() or node
 
     def _import_home_files(self) -> None:
-        """The node state a files backend (degraded mode, or a build before the state moved
-        into the database) left in the home: imported into ``node_state``, then removed.
-        Idempotent: a crash between the commit and the removal imports the same again."""
-        found = read_home_files(self.path.parent)
-        if not found:
-            return
-        with self._database.atomic():
-            for name, value in found.items():
-                self._database.execute_sql(
-                    "INSERT INTO node_state (node_id, name, value) VALUES (?, ?, ?)"
-                    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value",
-                    (self._node_id, name, value))
-        remove_home_files(self.path.parent, found)
-        log.info("imported %s from the home into %s", ", ".join(sorted(found)), self.path.name)
+        def put(found: dict[str, str]) -> None:
+            with self._database.atomic():
+                for name, value in found.items():
+                    self._database.execute_sql(PUT_NODE_VALUE, (self._node_id, name, value))
+
+        import_home_files(self.path.parent, put, self.path.name)
 
     def close(self) -> None:
         """Close the connection and stop the worker (idempotent)."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._first_close():
+            return
         try:
             self._stop_writer_process()
         finally:

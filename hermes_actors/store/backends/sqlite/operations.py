@@ -14,49 +14,39 @@ using the models.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from cachetools import LRUCache
-
-from hermes_actors.errors import StoreError
 from hermes_actors.model.jsontext import to_json
 from hermes_actors.store import ledger
+from hermes_actors.store import ops as store_ops
 from hermes_actors.store.backends.peewee_import import pw
 from hermes_actors.store.backends.sqlite.schema import Models
-from hermes_actors.store.ops import (
-    CONVERSATION_TABLES,
-    AcceptEvent,
-    AddTokens,
-    AppendMessage,
-    ConsumeEvents,
-    CreateSession,
-    DeleteConversations,
-    DeleteRouting,
-    EndSession,
-    LedgerClaim,
-    LedgerFinish,
-    LedgerPrune,
-    LedgerRecord,
-    LedgerRelease,
-    LedgerReopen,
-    ListId,
-    NodeValue,
-    Op,
-    OutboxAppend,
-    OutboxPrune,
-    PruneInbox,
-    PutRouting,
-    SetRoutingFlags,
-    SetSessionRestarts,
-    WithdrawEvent,
+from hermes_actors.store.backends.statements import (
+    ACCEPT_EVENT,
+    ADD_TOKENS,
+    ADD_TOKENS_LAST,
+    DELETE_NODE_VALUE,
+    END_SESSION,
+    INGRESS_HOLDER,
+    INSERT_SESSION,
+    LEDGER_CLAIM,
+    LEDGER_RECORD,
+    LEDGER_RELEASE,
+    LEDGER_REOPEN,
+    LEDGER_STATE,
+    OUTBOX_APPEND,
+    OUTBOX_IMPORT,
+    PUT_NODE_VALUE,
+    PUT_ROUTING,
+    SET_ROUTING_FLAGS,
+    WITHDRAW_EVENT,
 )
+from hermes_actors.store.opdispatch import OpHandlers
+from hermes_actors.store.ops import CONVERSATION_TABLES, ListId, Op
 from hermes_actors.store.restarts import merged_restart_counts
 
-__all__ = ["KNOWN_SESSIONS", "SqliteOps"]
-
-#: How many session ids with a ``sessions`` row the writer remembers.
-KNOWN_SESSIONS = 100_000
+__all__ = ["PUT_NODE_VALUE", "SqliteOps"]
 
 #: Keys per ``IN (...)`` list, well under SQLite's bound-parameter limit.
 _CHUNK = 500
@@ -78,95 +68,23 @@ def _in_list(count: int) -> str:
     return ", ".join("?" * count)
 
 
-_INSERT_SESSION = (
-    "INSERT INTO sessions (id, session_key, source, started_at, parent_session_id)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
-)
-_END_SESSION = (
-    "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL"
-)
-_PUT_ROUTING = (
-    'INSERT INTO "routing" (session_key, entry, active_turn_token, active_turn_started_at,'
-    " active_turn_internal, resume_pending, suspended, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (session_key) DO UPDATE SET entry = excluded.entry,"
-    " active_turn_token = excluded.active_turn_token,"
-    " active_turn_started_at = excluded.active_turn_started_at,"
-    " active_turn_internal = excluded.active_turn_internal,"
-    " resume_pending = excluded.resume_pending, suspended = excluded.suspended,"
-    " updated_at = excluded.updated_at"
-)
-_SET_ROUTING_FLAGS = (
-    'UPDATE "routing" SET active_turn_token = ?, active_turn_started_at = ?,'
-    " active_turn_internal = ?, resume_pending = ?, suspended = ?, updated_at = ?"
-    " WHERE session_key = ?"
-)
-_PUT_NODE_VALUE = (
-    "INSERT INTO node_state (node_id, name, value) VALUES (?, ?, ?)"
-    " ON CONFLICT (node_id, name) DO UPDATE SET value = excluded.value"
-)
-_DELETE_NODE_VALUE = "DELETE FROM node_state WHERE node_id = ? AND name = ?"
 _GET_NODE_VALUE = "SELECT value FROM node_state WHERE node_id = ? AND name = ?"
-_OUTBOX_APPEND = (
-    "INSERT INTO outbox (session_key, platform, chat_id, thread_id, text, kind, created_at,"
-    " in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-#: A row of degraded mode with the cursor it was read at (``AUTOINCREMENT`` continues above).
-_OUTBOX_IMPORT = (
-    "INSERT INTO outbox (cursor, session_key, platform, chat_id, thread_id, text, kind,"
-    " created_at, in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 #: An outbox append that ends a ledger row's attempt (``OutboxAppend.obligation_id``): the
 #: row is ``delivered`` only while this sender holds its claim; the append follows only then.
 _OUTBOX_DELIVERED = (
     "UPDATE deliveries SET state = 'delivered', last_error = NULL, updated_at = ?"
     " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
 )
-_ADD_TOKENS = (
-    "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
-    " WHERE id = ?"
-)
-_ADD_TOKENS_LAST = (
-    "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-    " last_prompt_tokens = ? WHERE id = ?"
-)
-_ACCEPT_EVENT = (
-    "INSERT INTO inbox (event_id, session_key, payload, internal, received_at, ingress_key)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-)
-_INGRESS_HOLDER = "SELECT event_id FROM inbox WHERE ingress_key = ?"
-_WITHDRAW_EVENT = "DELETE FROM inbox WHERE event_id = ? AND consumed_at IS NULL"
 _CONSUME_EVENTS = (
     "UPDATE inbox SET consumed_at = ?, consumed_reason = ?"
     " WHERE event_id IN ({}) AND consumed_at IS NULL"
 )
-_LEDGER_RECORD = (
-    "INSERT INTO deliveries (obligation_id, session_key, platform, chat_id, thread_id,"
-    " content, kind, state, attempts, created_at, updated_at, in_reply_to)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?) ON CONFLICT (obligation_id) DO NOTHING"
-)
 _LEDGER_CLAIM_READ = (
     "SELECT state, owner_node, owner_boot FROM deliveries WHERE obligation_id = ?"
 )
-_LEDGER_CLAIM = (
-    "UPDATE deliveries SET state = 'attempting', attempts = attempts + 1, owner_node = ?,"
-    " owner_boot = ?, updated_at = ? WHERE obligation_id = ?"
-)
 #: The common claim in one statement: a fresh ``pending`` row nobody owns is always
 #: claimable (``ledger.claim_allowed``); anything else takes the read-and-decide path.
-_LEDGER_CLAIM_FRESH = _LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
-#: ``ledger.released_state`` in SQL (the ``CASE`` reads ``attempts`` before the update).
-_LEDGER_RELEASE = (
-    "UPDATE deliveries SET state = CASE WHEN attempts > 1 THEN 'failed' ELSE 'pending' END,"
-    " attempts = attempts - 1, owner_node = NULL, owner_boot = NULL, updated_at = ?"
-    " WHERE obligation_id = ? AND state = 'attempting' AND owner_node = ? AND owner_boot = ?"
-)
-_LEDGER_STATE = "SELECT state FROM deliveries WHERE obligation_id = ?"
-_LEDGER_REOPEN = (
-    "UPDATE deliveries SET state = 'pending', attempts = 0, owner_node = NULL,"
-    " owner_boot = NULL, last_error = NULL, updated_at = ?"
-    " WHERE obligation_id = ? AND state IN ('failed', 'abandoned')"
-)
+_LEDGER_CLAIM_FRESH = LEDGER_CLAIM + " AND state = 'pending' AND owner_node IS NULL"
 #: An outcome is recorded unless another sender claimed the row since (``LedgerFinish``).
 _NOT_TAKEN = " AND (? IS NULL OR owner_node IS NULL OR (owner_node = ? AND owner_boot IS ?))"
 _LEDGER_FINISH_READ = ("SELECT attempts, created_at FROM deliveries WHERE obligation_id = ?"
@@ -195,44 +113,16 @@ _PRUNE_LIST_IDS = ("DELETE FROM applied_lists WHERE rowid <="
                    " (SELECT max(rowid) FROM applied_lists) - ?")
 
 
-class SqliteOps:
+class SqliteOps(OpHandlers):
     """Applies operations to one SQLite database (call only on its worker thread)."""
 
     def __init__(self, database: pw.Database, models: Models) -> None:
         self._db = database
         self._m = models
-        #: Session ids known to have a ``sessions`` row (saves a statement per append). An
-        #: LRU map of bounded size: it would otherwise grow with every session ever seen,
-        #: and forgetting an old id only costs one ``INSERT OR IGNORE`` at its next append.
-        self._known: LRUCache[str, bool] = LRUCache(maxsize=KNOWN_SESSIONS)
-        self._known_in_txn: set[str] = set()
+        super().__init__("SQLite")
         #: Transactions that recorded list ids (``applied_lists`` is pruned every
         #: :data:`PRUNE_LIST_IDS_EVERY`).
         self._recorded = 0
-        self._handlers: dict[type, Callable[[Any], Any]] = {
-            CreateSession: self._create_session,
-            EndSession: self._end_session,
-            PutRouting: self._put_routing,
-            SetRoutingFlags: self._set_routing_flags,
-            DeleteRouting: self._delete_routing,
-            DeleteConversations: self._delete_conversations,
-            AppendMessage: self._append_message,
-            AddTokens: self._add_tokens,
-            AcceptEvent: self._accept_event,
-            WithdrawEvent: self._withdraw_event,
-            ConsumeEvents: self._consume_events,
-            PruneInbox: self._prune_inbox,
-            LedgerRecord: self._ledger_record,
-            LedgerClaim: self._ledger_claim,
-            LedgerRelease: self._ledger_release,
-            LedgerReopen: self._ledger_reopen,
-            LedgerFinish: self._ledger_finish,
-            LedgerPrune: self._ledger_prune,
-            OutboxAppend: self._outbox_append,
-            OutboxPrune: self._outbox_prune,
-            NodeValue: self._node_value,
-            SetSessionRestarts: self._session_restarts,
-        }
 
     def record_lists(self, ids: list[tuple[str, float]]) -> set[str]:
         """Record the ids of op lists about to be applied in this transaction (one
@@ -270,48 +160,42 @@ class SqliteOps:
         """Run one operation inside the caller's transaction; return its result."""
         handler = self._handlers.get(type(op))
         if handler is None:
-            raise StoreError(f"SQLite cannot apply {type(op).__name__}")
+            self.refuse(op)
         return handler(op)
-
-    def committed(self, ok: bool) -> None:
-        """Tell the handlers whether the surrounding transaction committed."""
-        if ok:
-            self._known.update(dict.fromkeys(self._known_in_txn, True))
-        self._known_in_txn = set()
 
     # -- sessions and routing ---------------------------------------------------------------
 
-    def _create_session(self, op: CreateSession) -> None:
+    def _create_session(self, op: store_ops.CreateSession) -> None:
         self._db.execute_sql(
-            _INSERT_SESSION,
+            INSERT_SESSION,
             (op.session_id, op.session_key, _json(op.source), op.started_at,
              op.parent_session_id),
         )
         self._known_in_txn.add(op.session_id)
 
-    def _end_session(self, op: EndSession) -> None:
-        self._db.execute_sql(_END_SESSION, (op.ended_at, op.reason, op.session_id))
+    def _end_session(self, op: store_ops.EndSession) -> None:
+        self._db.execute_sql(END_SESSION, (op.ended_at, op.reason, op.session_id))
 
-    def _put_routing(self, op: PutRouting) -> None:
-        self._db.execute_sql(_PUT_ROUTING, (
+    def _put_routing(self, op: store_ops.PutRouting) -> None:
+        self._db.execute_sql(PUT_ROUTING, (
             op.session_key, op.entry, op.active_turn_token, op.active_turn_started_at,
             1 if op.active_turn_internal else 0, 1 if op.resume_pending else 0,
             1 if op.suspended else 0, op.updated_at))
 
-    def _set_routing_flags(self, op: SetRoutingFlags) -> int:
-        return self._db.execute_sql(_SET_ROUTING_FLAGS, (
+    def _set_routing_flags(self, op: store_ops.SetRoutingFlags) -> int:
+        return self._db.execute_sql(SET_ROUTING_FLAGS, (
             op.active_turn_token, op.active_turn_started_at, 1 if op.active_turn_internal else 0,
             1 if op.resume_pending else 0, 1 if op.suspended else 0, op.updated_at,
             op.session_key)).rowcount
 
-    def _delete_routing(self, op: DeleteRouting) -> int:
+    def _delete_routing(self, op: store_ops.DeleteRouting) -> int:
         r = self._m.Routing
         return sum(
             r.delete().where(r.session_key.in_(batch)).execute()
             for batch in _chunks(op.session_keys)
         )
 
-    def _delete_conversations(self, op: DeleteConversations) -> dict[str, int]:
+    def _delete_conversations(self, op: store_ops.DeleteConversations) -> dict[str, int]:
         # messages go before their sessions rows (the reference), and the FTS trigger
         # ``messages_ad`` removes each one's index row in this same transaction
         counts = dict.fromkeys(CONVERSATION_TABLES, 0)
@@ -335,21 +219,21 @@ class SqliteOps:
                     f'DELETE FROM "{table}" WHERE session_key IN ({marks})', batch).rowcount
         return counts
 
-    def _add_tokens(self, op: AddTokens) -> None:
+    def _add_tokens(self, op: store_ops.AddTokens) -> None:
         if op.last_prompt_tokens is None:
             self._db.execute_sql(
-                _ADD_TOKENS, (int(op.input_tokens), int(op.output_tokens), op.session_id)
+                ADD_TOKENS, (int(op.input_tokens), int(op.output_tokens), op.session_id)
             )
         else:
             self._db.execute_sql(
-                _ADD_TOKENS_LAST,
+                ADD_TOKENS_LAST,
                 (int(op.input_tokens), int(op.output_tokens), int(op.last_prompt_tokens),
                  op.session_id),
             )
 
     # -- transcript (hot path: raw SQL) -----------------------------------------------------
 
-    def _append_message(self, op: AppendMessage) -> int:
+    def _append_message(self, op: store_ops.AppendMessage) -> int:
         msg = op.message
         if op.session_id not in self._known and op.session_id not in self._known_in_txn:
             # Old data may route to a session whose row never existed (mirror-only entries).
@@ -381,21 +265,21 @@ class SqliteOps:
 
     # -- inbox ------------------------------------------------------------------------------
 
-    def _accept_event(self, op: AcceptEvent) -> str:
+    def _accept_event(self, op: store_ops.AcceptEvent) -> str:
         inserted = self._db.execute_sql(
-            _ACCEPT_EVENT,
+            ACCEPT_EVENT,
             (op.event_id, op.session_key, op.payload, 1 if op.internal else 0, op.received_at,
              op.ingress_key),
         ).rowcount
         if inserted or op.ingress_key is None:
             return op.event_id
-        holder = self._db.execute_sql(_INGRESS_HOLDER, (op.ingress_key,)).fetchone()
+        holder = self._db.execute_sql(INGRESS_HOLDER, (op.ingress_key,)).fetchone()
         return holder[0] if holder is not None else op.event_id
 
-    def _withdraw_event(self, op: WithdrawEvent) -> int:
-        return self._db.execute_sql(_WITHDRAW_EVENT, (op.event_id,)).rowcount
+    def _withdraw_event(self, op: store_ops.WithdrawEvent) -> int:
+        return self._db.execute_sql(WITHDRAW_EVENT, (op.event_id,)).rowcount
 
-    def _consume_events(self, op: ConsumeEvents) -> int:
+    def _consume_events(self, op: store_ops.ConsumeEvents) -> int:
         return sum(
             self._db.execute_sql(
                 _CONSUME_EVENTS.format(_in_list(len(batch))), (op.at, op.reason, *batch)
@@ -403,7 +287,7 @@ class SqliteOps:
             for batch in _chunks(op.event_ids)
         )
 
-    def _prune_inbox(self, op: PruneInbox) -> int:
+    def _prune_inbox(self, op: store_ops.PruneInbox) -> int:
         i = self._m.Inbox
         return (
             i.delete().where(i.consumed_at.is_null(False) & (i.consumed_at < op.before)).execute()
@@ -411,14 +295,14 @@ class SqliteOps:
 
     # -- delivery ledger --------------------------------------------------------------------
 
-    def _ledger_record(self, op: LedgerRecord) -> None:
+    def _ledger_record(self, op: store_ops.LedgerRecord) -> None:
         self._db.execute_sql(
-            _LEDGER_RECORD,
+            LEDGER_RECORD,
             (op.obligation_id, op.session_key, op.platform, op.chat_id, op.thread_id,
              op.content, op.kind, op.at, op.at, op.in_reply_to),
         )
 
-    def _ledger_claim(self, op: LedgerClaim) -> bool:
+    def _ledger_claim(self, op: store_ops.LedgerClaim) -> bool:
         args = (op.owner_node, op.owner_boot, op.at, op.obligation_id)
         if self._db.execute_sql(_LEDGER_CLAIM_FRESH, args).rowcount:
             return True
@@ -429,22 +313,22 @@ class SqliteOps:
         if not ledger.claim_allowed(state, owner_node, owner_boot,
                                     claimer_node=op.owner_node, claimer_boot=op.owner_boot):
             return False
-        self._db.execute_sql(_LEDGER_CLAIM, args)
+        self._db.execute_sql(LEDGER_CLAIM, args)
         return True
 
-    def _ledger_release(self, op: LedgerRelease) -> bool:
-        return self._db.execute_sql(_LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
+    def _ledger_release(self, op: store_ops.LedgerRelease) -> bool:
+        return self._db.execute_sql(LEDGER_RELEASE, (op.at, op.obligation_id, op.owner_node,
                                                       op.owner_boot)).rowcount > 0
 
-    def _ledger_reopen(self, op: LedgerReopen) -> str | None:
-        row = self._db.execute_sql(_LEDGER_STATE, (op.obligation_id,)).fetchone()
+    def _ledger_reopen(self, op: store_ops.LedgerReopen) -> str | None:
+        row = self._db.execute_sql(LEDGER_STATE, (op.obligation_id,)).fetchone()
         if row is None:
             return None
         if row[0] in ledger.REOPENABLE_STATES:
-            self._db.execute_sql(_LEDGER_REOPEN, (op.at, op.obligation_id))
+            self._db.execute_sql(LEDGER_REOPEN, (op.at, op.obligation_id))
         return str(row[0])
 
-    def _ledger_finish(self, op: LedgerFinish) -> str | None:
+    def _ledger_finish(self, op: store_ops.LedgerFinish) -> str | None:
         owner = (op.owner_node, op.owner_node, op.owner_boot)
         if op.state == "delivered":  # final whatever the attempts: one statement
             done = self._db.execute_sql(_LEDGER_FINISH, ("delivered", None, op.at,
@@ -459,7 +343,7 @@ class SqliteOps:
                                                    op.obligation_id, *owner))
         return state
 
-    def _ledger_prune(self, op: LedgerPrune) -> int:
+    def _ledger_prune(self, op: store_ops.LedgerPrune) -> int:
         d = self._m.Delivery
         return (
             d.delete()
@@ -469,7 +353,7 @@ class SqliteOps:
 
     # -- outbox and node state --------------------------------------------------------------
 
-    def _outbox_append(self, op: OutboxAppend) -> int | None:
+    def _outbox_append(self, op: store_ops.OutboxAppend) -> int | None:
         if op.obligation_id is not None and not self._db.execute_sql(_OUTBOX_DELIVERED, (
                 op.created_at, op.obligation_id, op.owner_node, op.owner_boot)).rowcount:
             return None  # the claim is not this sender's (any more): nothing is appended
@@ -477,26 +361,26 @@ class SqliteOps:
             # degraded mode's row keeps the cursor its readers may have seen: drawn above the
             # clock, it is above every cursor here (files.memory.clock_floor), and
             # AUTOINCREMENT numbers later rows above it
-            self._db.execute_sql(_OUTBOX_IMPORT, (
+            self._db.execute_sql(OUTBOX_IMPORT, (
                 op.cursor, op.session_key, op.platform, op.chat_id, op.thread_id, op.text,
                 op.kind, op.created_at, op.in_reply_to))
             return op.cursor
-        return self._db.execute_sql(_OUTBOX_APPEND, (
+        return self._db.execute_sql(OUTBOX_APPEND, (
             op.session_key, op.platform, op.chat_id, op.thread_id, op.text, op.kind,
             op.created_at, op.in_reply_to)).lastrowid
 
-    def _outbox_prune(self, op: OutboxPrune) -> int:
+    def _outbox_prune(self, op: store_ops.OutboxPrune) -> int:
         return self._db.execute_sql("DELETE FROM outbox WHERE created_at < ?",
                                     (op.before,)).rowcount
 
-    def _node_value(self, op: NodeValue) -> None:
+    def _node_value(self, op: store_ops.NodeValue) -> None:
         if op.value is None:
-            self._db.execute_sql(_DELETE_NODE_VALUE, (op.node_id, op.name))
+            self._db.execute_sql(DELETE_NODE_VALUE, (op.node_id, op.name))
         else:
-            self._db.execute_sql(_PUT_NODE_VALUE, (op.node_id, op.name, op.value))
+            self._db.execute_sql(PUT_NODE_VALUE, (op.node_id, op.name, op.value))
 
-    def _session_restarts(self, op: SetSessionRestarts) -> None:
+    def _set_session_restarts(self, op: store_ops.SetSessionRestarts) -> None:
         # one node per SQLite store: the counts are the node's ``restart_counts`` value
         row = self._db.execute_sql(_GET_NODE_VALUE, (op.node_id, "restart_counts")).fetchone()
         value = merged_restart_counts(row[0] if row else None, op.counts)
-        self._db.execute_sql(_PUT_NODE_VALUE, (op.node_id, "restart_counts", value))
+        self._db.execute_sql(PUT_NODE_VALUE, (op.node_id, "restart_counts", value))
