@@ -103,9 +103,11 @@ class Backend(Protocol):
         """The rows with a turn marker or a pending resume (recovery's work list)."""
         ...
 
-    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
+    def routing_idle_before(self, cutoff: float, limit: int | None = None
+                            ) -> list[RoutingRow]:
         """Pruning's candidates: rows with no marker, no pending resume, not suspended, and
-        last active before ``cutoff`` (epoch seconds) or never."""
+        last active before ``cutoff`` (epoch seconds) or never; with ``limit``, at most that
+        many, the longest idle first (by ``updated_at``, rows without one last)."""
         ...
 
     # -- transcripts ------------------------------------------------------------------------

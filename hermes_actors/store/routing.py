@@ -35,6 +35,7 @@ __all__ = [
     "flags_of",
     "full_entry_text",
     "is_prunable",
+    "longest_idle",
     "needs_recovery",
     "parse_row",
     "same_text",
@@ -136,6 +137,14 @@ def is_prunable(flags: RoutingFlags, cutoff: float) -> bool:
     suspended) and no activity since ``cutoff`` (or none known: the entry decides)."""
     return (not needs_recovery(flags) and not flags.suspended
             and (flags.updated_at is None or flags.updated_at < cutoff))
+
+
+def longest_idle(rows: list[RoutingRow], limit: int) -> list[RoutingRow]:
+    """At most ``limit`` of ``rows``, the longest idle first: by ``updated_at``, rows with
+    none last (their entries decide, and they must not hold back dated ones), ties by key
+    (as the SQL backends order them)."""
+    return sorted(rows, key=lambda row: (row.flags.updated_at is None,
+                                         row.flags.updated_at or 0.0, row.session_key))[:limit]
 
 
 def parse_row(key: str, text: str | Mapping[str, Any], flags: RoutingFlags) -> SessionEntry:

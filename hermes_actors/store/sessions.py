@@ -267,7 +267,10 @@ class SessionLifecycle:
         a resume, a suspension), not protected by ``has_active_processes_fn``."""
         core = self._core
         cutoff = core.ts() - float(max_age_days) * 86400.0
-        rows = core.read(lambda backend: backend.routing_idle_before(cutoff))
+        # the longest idle rows only, a few times the batch (some may be protected): a pass
+        # over a large backlog reads a bounded number of rows, not every idle one
+        bound = max(4 * limit, _IDLE_READ_FLOOR)
+        rows = core.read(lambda backend: backend.routing_idle_before(cutoff, bound))
         core.entries.fill(rows)
         stale = [e for e in (core.entries.get(row.session_key) for row in rows)
                  if e is not None and lifecycle.is_stale(e, cutoff)]
@@ -353,6 +356,10 @@ def _session_ids(entry: SessionEntry) -> tuple[str, ...]:
     one before it (a files backend has no ``sessions`` table to search by key)."""
     return tuple(dict.fromkeys(sid for sid in (entry.session_id, entry.prev_session_id)
                                if sid))
+
+
+#: The fewest idle rows a retention pass reads (see :meth:`SessionLifecycle.idle_keys`).
+_IDLE_READ_FLOOR = 400
 
 
 def _last_activity(entry: SessionEntry) -> float:

@@ -251,6 +251,24 @@ class TestRetention:
         assert _messages(keep, kept) == ["hi", "echo: hi"]
 
 
+    def test_a_pass_reads_a_bounded_number_of_the_longest_idle(self, make_harness,
+                                                                monkeypatch):
+        from hermes_actors.store import sessions
+
+        monkeypatch.setattr(sessions, "_IDLE_READ_FLOOR", 2)  # 2 rows read a pass of 1
+        h = make_harness(retention={"days": 1})
+        for n in range(4):  # 0 is the oldest
+            h.send("hi", chat_id=str(n))
+            h.idle()
+            h.clock.advance(60)
+        h.clock.advance(2 * DAY)
+        assert h.gw.store.idle_session_keys(1, 1) == [h.key("0")]
+        for left in (["0", "1", "2", "3"], ["1", "2", "3"], ["2", "3"], ["3"], []):
+            assert sorted(e.session_key for e in h.gw.store.list_sessions()) == [
+                h.key(n) for n in left]
+            assert h.gw._deleter.sweep(1, batch=1) == (1 if left else 0)
+
+
 class TestRetentionRacingAMessage:
     """A message for a conversation retention has picked keeps it (retention never drops
     what a user sends, unlike an operator's delete)."""

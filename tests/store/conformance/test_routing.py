@@ -73,3 +73,20 @@ class TestCandidates:
         ])
         assert sorted(row.session_key for row in backend.routing_idle_before(T0)) == [
             "never", "old"]
+
+    def test_idle_before_with_a_limit_takes_the_longest_idle_first(self, backend):
+        def at(when):
+            return NO_FLAGS._replace(updated_at=when)
+
+        backend.apply([
+            put("b-older", flags=at(T0 - 300)),
+            put("never", flags=at(None)),
+            put("recent", flags=at(T0 - 10)),
+            put("a-older", flags=at(T0 - 300)),
+            put("oldest", flags=at(T0 - 900)),
+            put("marked", flags=marked(updated=T0 - 9000)),
+        ])
+        keys = [row.session_key for row in backend.routing_idle_before(T0, limit=3)]
+        assert keys == ["oldest", "a-older", "b-older"]
+        assert [row.session_key for row in backend.routing_idle_before(T0, limit=10)] == [
+            "oldest", "a-older", "b-older", "recent", "never"]  # undated last

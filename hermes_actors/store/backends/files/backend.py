@@ -85,6 +85,7 @@ from hermes_actors.store.routing import (
     RoutingRow,
     flags_from_data,
     is_prunable,
+    longest_idle,
     needs_recovery,
 )
 from hermes_actors.store.transcript import reply_after_marker
@@ -380,9 +381,12 @@ class FilesBackend:
         """Rows with a turn marker or a pending resume."""
         return self._rows(needs_recovery)
 
-    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
-        """Pruning's candidates (``routing.is_prunable``)."""
-        return self._rows(lambda flags: is_prunable(flags, cutoff))
+    def routing_idle_before(self, cutoff: float, limit: int | None = None
+                            ) -> list[RoutingRow]:
+        """Pruning's candidates (``routing.is_prunable``; ``limit``: the longest idle first,
+        at most that many)."""
+        rows = self._rows(lambda flags: is_prunable(flags, cutoff))
+        return rows if limit is None else longest_idle(rows, limit)
 
     # -- transcripts ------------------------------------------------------------------------
 

@@ -128,11 +128,16 @@ class Reads:
         return self._routing(" WHERE active_turn_token IS NOT NULL OR resume_pending"
                              " ORDER BY session_key")
 
-    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
-        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never."""
-        return self._routing(
-            " WHERE (updated_at < %s OR updated_at IS NULL) AND active_turn_token IS NULL"
-            " AND NOT resume_pending AND NOT suspended ORDER BY session_key", (cutoff,))
+    def routing_idle_before(self, cutoff: float, limit: int | None = None
+                            ) -> list[RoutingRow]:
+        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never
+        (``limit``: the longest idle first, at most that many)."""
+        where = (" WHERE (updated_at < %s OR updated_at IS NULL) AND active_turn_token IS NULL"
+                 " AND NOT resume_pending AND NOT suspended")
+        if limit is None:
+            return self._routing(where + " ORDER BY session_key", (cutoff,))
+        return self._routing(where + " ORDER BY updated_at ASC NULLS LAST, session_key"
+                             " LIMIT %s", (cutoff, limit))
 
     # -- the node ---------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ from hermes_actors.store.routing import (
     RoutingRow,
     flags_from_data,
     is_prunable,
+    longest_idle,
     needs_recovery,
 )
 from hermes_actors.store.transcript import (
@@ -559,12 +560,19 @@ class SessionDB(ClosesOnce):
         return self._read(lambda: self._routing(f" WHERE {ROUTING_FLAGGED}", (),
                                                 lambda row: needs_recovery(row.flags)))
 
-    def routing_idle_before(self, cutoff: float) -> list[RoutingRow]:
-        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never."""
-        return self._read(lambda: self._routing(
-            " WHERE (updated_at < ? OR updated_at IS NULL) AND active_turn_token IS NULL"
-            " AND resume_pending = 0 AND suspended = 0", (cutoff,),
-            lambda row: is_prunable(row.flags, cutoff)))
+    def routing_idle_before(self, cutoff: float, limit: int | None = None
+                            ) -> list[RoutingRow]:
+        """Pruning's candidates: unflagged rows last active before ``cutoff`` or never
+        (``limit``: the longest idle first, at most that many)."""
+        where = (" WHERE (updated_at < ? OR updated_at IS NULL) AND active_turn_token IS NULL"
+                 " AND resume_pending = 0 AND suspended = 0")
+        params: tuple = (cutoff,)
+        if limit is not None:
+            where += " ORDER BY updated_at ASC NULLS LAST, session_key LIMIT ?"
+            params = (cutoff, limit)
+        rows = self._read(lambda: self._routing(
+            where, params, lambda row: is_prunable(row.flags, cutoff)))
+        return rows if limit is None else longest_idle(rows, limit)
 
     # the node
 
