@@ -44,14 +44,13 @@ from typing import Any, NamedTuple
 from gevent import GreenletExit
 
 from hermes_actors.errors import StoreBusyError, StoreError, StoreUnavailableError
+from hermes_actors.store.groupcommit import MAX_GROUP, call_back
 
 __all__ = ["EXIT_SIGNALS", "MAX_GROUP", "MAX_QUEUE", "QUEUE_WAIT", "CommitterStatistics",
            "GroupCommitter"]
 
 log = logging.getLogger("hermes_actors.store")
 
-#: Most op lists in one transaction.
-MAX_GROUP = 256
 #: Most op lists waiting for the committer (about 40 full transactions).
 MAX_QUEUE = 10_000
 #: Seconds a caller waits for room in a full queue before :class:`StoreBusyError`.
@@ -173,10 +172,7 @@ class GroupCommitter:
             if job.done is not None:
                 job.done.set()
             elif job.callback is not None:
-                try:
-                    job.callback(ok, value)
-                except Exception:  # noqa: BLE001 - must not stop the others
-                    log.exception("a database write's completion callback failed")
+                call_back(job.callback, ok, value)
 
     def _exit(self, jobs: list[_Job], signal: BaseException) -> None:
         """The committer ends (``signal``): close, and fail ``jobs`` and every queued list

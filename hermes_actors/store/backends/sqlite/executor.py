@@ -30,7 +30,6 @@ collect more callers (adds latency at low load, and the busy worker already coll
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from hermes_actors._green import gevent_threading_patched
 from hermes_actors.errors import StoreError
+from hermes_actors.store.groupcommit import MAX_GROUP, call_back
 
 __all__ = [
     "MAX_GROUP",
@@ -47,17 +47,11 @@ __all__ = [
     "call_back",
 ]
 
-log = logging.getLogger("hermes_actors.store")
-
 T = TypeVar("T")
 
 #: A group function: called with the payloads of consecutive calls, returns one
 #: ``(ok, value)`` per payload (``value`` is the result, or the exception to raise).
 GroupFn = Callable[[list[Any]], Sequence[tuple[bool, Any]]]
-
-#: Most payloads passed to one call of a group function (bounds one transaction).
-MAX_GROUP = 256
-
 
 class ExecutorStatistics(NamedTuple):
     """What the worker has done so far, and what waits for it now."""
@@ -105,15 +99,6 @@ class _Job:
         if self.ok:
             return self.value
         raise self.value
-
-
-def call_back(callback: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
-    """``callback(ok, value)`` for a call nobody waits for; a failing callback is logged
-    (it must not stop the others)."""
-    try:
-        callback(ok, value)
-    except Exception:  # noqa: BLE001
-        log.exception("a database call's completion callback failed")
 
 
 def _call_back(jobs: list[_Job]) -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from hermes_actors.errors import StoreError, StoreUnavailableError
-from hermes_actors.store.backends.sqlite.executor import MAX_GROUP, call_back
+from hermes_actors.store.groupcommit import MAX_GROUP, call_back
 from hermes_actors.store.ops import Op
 
 __all__ = ["CHILD_MODULE", "HEADER", "LOCK_SUFFIX", "MAX_IN_FLIGHT", "OPS_FINGERPRINT",
