@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hermes_actors.adapters.http_requests import RequestError
-from hermes_actors.adapters.http_stream import RETRY_MS, StreamSlots
+from hermes_actors.adapters.http_stream import RETRY_MS, SlotBody, StreamSlots
 from hermes_actors.errors import HermesActorsError
 
 __all__ = ["EVENTS_PATH", "INTERVAL", "VIEWS", "AdminEventStream", "look"]
@@ -69,7 +69,7 @@ def format_view(name: str, data: Any) -> bytes:
     return f"event: {name}\ndata: {body}\n\n".encode()
 
 
-class AdminEventStream:
+class AdminEventStream(SlotBody):
     """The WSGI body of one admin event stream.
 
     ``first`` is the look taken while answering the request (so a bad query is a plain
@@ -79,13 +79,12 @@ class AdminEventStream:
     def __init__(self, first: dict[str, Any], take: Callable[[], dict[str, Any]],
                  pause: Callable[[float], bool], slots: StreamSlots, *,
                  interval: float = INTERVAL, keepalive: float = 15.0) -> None:
+        super().__init__(slots)
         self._first = first
         self._take = take
         self._pause = pause
-        self._slots = slots
         self._interval = interval
         self._keepalive = keepalive
-        self._released = False
 
     def __iter__(self) -> Iterator[bytes]:
         sent: dict[str, Any] = {}
@@ -110,8 +109,3 @@ class AdminEventStream:
                 return
         yield b": the gateway is stopping\n\n"
 
-    def close(self) -> None:
-        """Called by the server when the response ends, however it ends."""
-        if not self._released:
-            self._released = True
-            self._slots.release()

@@ -29,7 +29,8 @@ from hermes_actors.adapters.http_requests import parse_cursor, parse_outbox_quer
 from hermes_actors.adapters.outbox import Outbox
 from hermes_actors.errors import HermesActorsError
 
-__all__ = ["RETRY_MS", "EventStream", "StreamSlots", "format_event", "parse_stream_query"]
+__all__ = ["RETRY_MS", "EventStream", "SlotBody", "StreamSlots", "format_event",
+           "parse_stream_query"]
 
 log = logging.getLogger("hermes_actors.http")
 
@@ -84,19 +85,33 @@ def format_event(message: dict[str, Any]) -> bytes:
     return f"id: {message['cursor']}\nevent: message\ndata: {data}\n\n".encode()
 
 
-class EventStream:
+class SlotBody:
+    """A streamed WSGI body that holds one of ``slots`` (taken by the caller) until the
+    server closes it."""
+
+    def __init__(self, slots: StreamSlots) -> None:
+        self._slots = slots
+        self._released = False
+
+    def close(self) -> None:
+        """Called by the server when the response ends, however it ends."""
+        if not self._released:
+            self._released = True
+            self._slots.release()
+
+
+class EventStream(SlotBody):
     """The WSGI body of one stream: iterating it waits on the outbox and yields events."""
 
     def __init__(self, outbox: Outbox, slots: StreamSlots, platform: str, chat_id: str,
                  after: int, keepalive: float, render: Any) -> None:
+        super().__init__(slots)
         self._outbox = outbox
-        self._slots = slots
         self._platform = platform
         self._chat_id = chat_id
         self._cursor = after
         self._keepalive = keepalive
         self._render = render
-        self._released = False
 
     def __iter__(self) -> Iterator[bytes]:
         yield f"retry: {RETRY_MS}\nid: {self._cursor}\n\n".encode()
@@ -114,8 +129,3 @@ class EventStream:
                 yield b": keep-alive\n\n"
         yield b": the gateway is stopping\n\n"
 
-    def close(self) -> None:
-        """Called by the server when the response ends, however it ends."""
-        if not self._released:
-            self._released = True
-            self._slots.release()
